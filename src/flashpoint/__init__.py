@@ -1,0 +1,59 @@
+"""flashpoint: Runpod Flash-style GPU endpoints on your own GPUs.
+
+    from flashpoint import Endpoint, GpuGroup
+
+    @Endpoint(name="inference", gpu=GpuGroup.AMPERE_80)
+    async def infer(data: dict) -> dict: ...
+"""
+
+from __future__ import annotations
+
+from flashpoint._version import __version__
+from flashpoint.endpoint import Endpoint, EndpointSpec, JobHandle, ServerlessScalerType
+from flashpoint.errors import (
+    BackendError,
+    ConfigError,
+    Error,
+    InvalidEndpointError,
+    InvalidTransitionError,
+    JobCancelledError,
+    JobFailedError,
+    JobTimeoutError,
+    NotFoundError,
+    StoreError,
+    UnknownGPUError,
+)
+from flashpoint.explain import Explanation
+from flashpoint.gpus import GpuGroup, GPUModel, GpuType
+from flashpoint.jobs import JobStatus, JobView, Placement, Reason
+
+__all__ = [
+    # SDK
+    "Endpoint",
+    "EndpointSpec",
+    "ServerlessScalerType",
+    "__version__",
+    # Jobs
+    "Explanation",
+    "JobHandle",
+    "JobStatus",
+    "JobView",
+    "Placement",
+    "Reason",
+    # GPUs
+    "GPUModel",
+    "GpuGroup",
+    "GpuType",
+    # Errors
+    "BackendError",
+    "ConfigError",
+    "Error",
+    "InvalidEndpointError",
+    "InvalidTransitionError",
+    "JobCancelledError",
+    "JobFailedError",
+    "JobTimeoutError",
+    "NotFoundError",
+    "StoreError",
+    "UnknownGPUError",
+]

@@ -1,0 +1,1 @@
+"""The HTTP layer: worker-protocol routes and native routes over a ControlPlane (may import starlette)."""

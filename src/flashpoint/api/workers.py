@@ -1,0 +1,116 @@
+"""The Runpod worker protocol's routes (runpod-protocol.md §3): job-take, job-take-batch, job-stop, job-done,
+job-stream, ping. Plain Starlette routes: these are the hot path of every job."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from flashpoint.scheduler.loop import ControlPlane
+
+_EMPTY = Response(status_code=204)
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, ensure_ascii=False), status_code=status, media_type="application/json")
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    return json_response({"error": message, "code": code, "message": message}, status)
+
+
+def key_matches(header: str | None, keys: tuple[str, ...]) -> bool:
+    """``Authorization: KEY`` (workers) or ``Bearer KEY`` (clients), compared in constant time."""
+    if not header:
+        return False
+    token = header[7:] if header[:7].lower() == "bearer " else header
+    token_bytes = token.strip().encode()
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(token_bytes, key.encode())
+    return matched
+
+
+def worker_routes(plane: ControlPlane) -> list[Route]:
+    keys = (plane.worker_key,)
+
+    def denied(request: Request) -> Response | None:
+        if key_matches(request.headers.get("authorization"), keys):
+            return None
+        return error_response(401, "unauthorized", "worker routes need the worker key in Authorization")
+
+    async def take(request: Request) -> Response:
+        if (bad := denied(request)) is not None:
+            return bad
+        p = request.path_params
+        jobs = await plane.take(p["endpoint"], p["worker"], 1)
+        return json_response(jobs[0]) if jobs else _EMPTY
+
+    async def take_batch(request: Request) -> Response:
+        if (bad := denied(request)) is not None:
+            return bad
+        p = request.path_params
+        try:
+            size = max(1, min(int(request.query_params.get("batch_size", "1")), 1000))
+        except ValueError:
+            return error_response(400, "bad_request", "batch_size must be an integer")
+        jobs = await plane.take(p["endpoint"], p["worker"], size)
+        return json_response(jobs) if jobs else _EMPTY
+
+    async def stop(request: Request) -> Response:
+        if (bad := denied(request)) is not None:
+            return bad
+        p = request.path_params
+        ids = await plane.stop_signals(p["endpoint"], p["worker"])
+        return json_response({"jobsToStop": ids}) if ids else _EMPTY
+
+    async def read_json(request: Request) -> Any:
+        # Runpod workers send JSON labelled application/x-www-form-urlencoded: parse the raw body whatever the type
+        raw = await request.body()
+        return json.loads(raw.decode("utf-8")) if raw else {}
+
+    async def done(request: Request) -> Response:
+        if (bad := denied(request)) is not None:
+            return bad
+        p = request.path_params
+        try:
+            body = await read_json(request)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return error_response(400, "bad_json", f"job-done body must be UTF-8 JSON: {exc}")
+        take_next = request.query_params.get("take") == "1"
+        jobs = await plane.done(p["endpoint"], p["worker"], p["job"], body, take_next=take_next)
+        if take_next:
+            return json_response(jobs[0]) if jobs else _EMPTY
+        return json_response({})
+
+    async def stream(request: Request) -> Response:
+        if (bad := denied(request)) is not None:
+            return bad
+        p = request.path_params
+        try:
+            body = await read_json(request)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return error_response(400, "bad_json", f"job-stream body must be UTF-8 JSON: {exc}")
+        plane.stream(p["endpoint"], p["worker"], p["job"], body)
+        return json_response({})
+
+    async def ping(request: Request) -> Response:
+        if (bad := denied(request)) is not None:
+            return bad
+        plane.ping(request.path_params["endpoint"], request.path_params["worker"])
+        return json_response({})
+
+    prefix = "/v2/{endpoint}"
+    return [
+        Route(f"{prefix}/job-take/{{worker}}", take, methods=["GET"]),
+        Route(f"{prefix}/job-take-batch/{{worker}}", take_batch, methods=["GET"]),
+        Route(f"{prefix}/job-stop/{{worker}}", stop, methods=["GET"]),
+        Route(f"{prefix}/job-done/{{worker}}/{{job}}", done, methods=["POST"]),
+        Route(f"{prefix}/job-stream/{{worker}}/{{job}}", stream, methods=["POST"]),
+        Route(f"{prefix}/ping/{{worker}}", ping, methods=["GET"]),
+    ]

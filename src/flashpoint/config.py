@@ -1,0 +1,48 @@
+"""Settings: ``FLASHPOINT_*`` environment variables over defaults, resolved once into a frozen dataclass."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from flashpoint.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything configurable, with its default. Build with ``Settings.load(env)``; tests pass a dict."""
+
+    #: FLASHPOINT_SIMULATED_GPUS: "MODEL:COUNT,..." simulated devices instead of NVML discovery
+    simulated_gpus: str | None = None
+    #: FLASHPOINT_URL: a flashpoint server to send calls to, instead of an embedded control plane
+    url: str | None = None
+    #: FLASHPOINT_API_KEY
+    api_key: str | None = None
+    #: FLASHPOINT_NODE: this machine's node name in placements (default: the host name)
+    node: str = "local"
+    #: FLASHPOINT_TAKE_HOLD_S: how long a worker's job-take long-poll is held before an empty answer
+    take_hold_s: float = 20.0
+    #: FLASHPOINT_STATE_DIR: where embedded planes announce themselves to `flashpoint explain`
+    state_dir: Path = Path("~/.flashpoint").expanduser()
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        hold = env.get("FLASHPOINT_TAKE_HOLD_S", "20")
+        try:
+            take_hold_s = float(hold)
+        except ValueError:
+            raise ConfigError(f"FLASHPOINT_TAKE_HOLD_S must be seconds, e.g. 20; got {hold!r}") from None
+        if not 0 < take_hold_s < 90:
+            raise ConfigError(f"FLASHPOINT_TAKE_HOLD_S must be between 0 and 90 (workers give up at 90 s); got {hold}")
+        return cls(
+            simulated_gpus=env.get("FLASHPOINT_SIMULATED_GPUS") or None,
+            url=env.get("FLASHPOINT_URL") or None,
+            api_key=env.get("FLASHPOINT_API_KEY") or None,
+            node=env.get("FLASHPOINT_NODE") or socket.gethostname() or "local",
+            take_hold_s=take_hold_s,
+            state_dir=Path(env.get("FLASHPOINT_STATE_DIR") or "~/.flashpoint").expanduser(),
+        )

@@ -1,0 +1,132 @@
+"""The one exception tree of flashpoint.
+
+    Error                        base: ``except flashpoint.Error`` catches everything we raise
+    ├─ ConfigError               bad settings (FLASHPOINT_* variables, simulated fleet spec)
+    ├─ InvalidEndpointError      caught at decoration time: bad option, bare @Endpoint, ...
+    │  └─ UnknownGPUError        a GPU name that is in no table; carries close matches
+    ├─ NotFoundError             unknown job, endpoint or worker id
+    ├─ InvalidTransitionError    a job status move that TRANSITIONS forbids
+    ├─ JobFailedError            raised by ``await fn(...)``/``job.wait()``; remote type, message, traceback
+    │  ├─ JobCancelledError      the job was cancelled
+    │  └─ JobTimeoutError        the job ended TIMED_OUT
+    ├─ BackendError              a worker could not be started or the backend failed
+    └─ StoreError                persistence failure
+
+Every class has a stable ``code`` used on the wire; the HTTP layer maps classes to statuses in one table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+
+class Error(Exception):
+    """Base class of every error flashpoint raises."""
+
+    code: ClassVar[str] = "error"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+
+class ConfigError(Error):
+    """A setting has a value flashpoint cannot use."""
+
+    code = "config_error"
+
+
+class InvalidEndpointError(Error):
+    """An ``Endpoint`` was declared with options that cannot work."""
+
+    code = "invalid_endpoint"
+
+
+class UnknownGPUError(InvalidEndpointError):
+    """A GPU name matches no GpuType, GpuGroup or known model."""
+
+    code = "unknown_gpu"
+
+    def __init__(self, message: str, *, name: str = "", suggestions: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.name = name
+        self.suggestions = tuple(suggestions)
+
+
+class NotFoundError(Error):
+    """No job, endpoint or worker has that id."""
+
+    code = "not_found"
+
+
+class InvalidTransitionError(Error):
+    """A job cannot move from its current status to the requested one."""
+
+    code = "invalid_transition"
+
+
+class JobFailedError(Error):
+    """A job ended without output; carries the remote error type, message and traceback."""
+
+    code = "job_failed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        job_id: str = "",
+        status: str = "FAILED",
+        reason: str | None = None,
+        remote_type: str | None = None,
+        remote_message: str | None = None,
+        remote_traceback: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.status = status
+        self.reason = reason
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.remote_traceback:
+            return f"{text}\n\nRemote traceback:\n{self.remote_traceback.rstrip()}"
+        return text
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(job_id={self.job_id!r}, status={self.status!r}, reason={self.reason!r}, "
+            f"remote_type={self.remote_type!r}, remote_message={self.remote_message!r})"
+        )
+
+
+class JobCancelledError(JobFailedError):
+    """The job was cancelled before it produced output."""
+
+    code = "job_cancelled"
+
+
+class JobTimeoutError(JobFailedError):
+    """The job ended TIMED_OUT (execution timeout or queue TTL)."""
+
+    code = "job_timed_out"
+
+
+class BackendError(Error):
+    """A backend could not start or reach a worker."""
+
+    code = "backend_error"
+
+
+class StoreError(Error):
+    """The job store failed."""
+
+    code = "store_error"
+
+
+def error_payload(exc: BaseException) -> dict[str, Any]:
+    """The JSON shape of an error: ``{"code", "message"}``."""
+    code = exc.code if isinstance(exc, Error) else "internal_error"
+    return {"code": code, "message": str(exc)}

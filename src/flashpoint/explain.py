@@ -1,0 +1,102 @@
+"""Why is it waiting: structured reasons per candidate, and the explanation of a job or an endpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Code(str, Enum):
+    """Why a candidate (or the endpoint) cannot take a worker now."""
+
+    #: no node has the model, or no node has gpu_count of it: waiting will not help until the fleet changes
+    NOT_IN_FLEET = "not_in_fleet"
+    #: the devices exist but are held by workers (of the endpoints named)
+    BUSY = "busy"
+    #: the endpoint already runs its maximum number of workers
+    MAX_WORKERS = "max_workers"
+    #: a worker has been placed and is starting; the job waits for it to pull
+    WORKER_STARTING = "worker_starting"
+    #: workers of this endpoint failed to start; the next attempt waits for a back-off
+    START_BACKOFF = "start_backoff"
+    #: the scaler has not asked for another worker yet (QUEUE_DELAY threshold not reached)
+    SCALER = "scaler"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One candidate's (or the endpoint's) reason, with the endpoints that hold the devices when busy."""
+
+    candidate: str
+    code: Code
+    detail: str
+    holders: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidate": self.candidate, "code": self.code.value, "detail": self.detail, "holders": list(self.holders)}
+
+    def __str__(self) -> str:
+        return f"{self.candidate}: {self.code.value} ({self.detail})"
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """What a job or an endpoint is waiting for, in words and in codes."""
+
+    endpoint: str
+    summary: str
+    reasons: tuple[Reason, ...] = ()
+    #: True when no candidate could fit on this fleet even if every device were free
+    never: bool = False
+    job_id: str | None = None
+    status: str | None = None
+    #: 1-based position of the job in its endpoint's queue
+    position: int | None = None
+    queue_depth: int = 0
+    workers: dict[str, int] = field(default_factory=dict)
+    fleet: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "jobId": self.job_id,
+            "status": self.status,
+            "summary": self.summary,
+            "never": self.never,
+            "position": self.position,
+            "queueDepth": self.queue_depth,
+            "workers": dict(self.workers),
+            "fleet": self.fleet,
+            "reasons": [r.to_json() for r in self.reasons],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Explanation:
+        return cls(
+            endpoint=data["endpoint"],
+            summary=data["summary"],
+            reasons=tuple(
+                Reason(r["candidate"], Code(r["code"]), r["detail"], tuple(r.get("holders", ()))) for r in data["reasons"]
+            ),
+            never=data["never"],
+            job_id=data.get("jobId"),
+            status=data.get("status"),
+            position=data.get("position"),
+            queue_depth=data.get("queueDepth", 0),
+            workers=dict(data.get("workers", {})),
+            fleet=data.get("fleet", ""),
+        )
+
+    def __str__(self) -> str:
+        head = f"job {self.job_id} ({self.status})" if self.job_id else f"endpoint {self.endpoint}"
+        lines = [f"{head}: {self.summary}"]
+        if self.position is not None:
+            lines.append(f"  position {self.position} of {self.queue_depth} in the queue of {self.endpoint}")
+        lines.extend(f"  - {reason}" for reason in self.reasons)
+        if self.fleet:
+            lines.append(f"  fleet: {self.fleet}")
+        return "\n".join(lines)

@@ -1,0 +1,216 @@
+"""Jobs: Runpod's statuses, the allowed moves between them, reason codes and the records the plane keeps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from flashpoint.errors import InvalidTransitionError
+
+
+class JobStatus(str, Enum):
+    """A job's status; the values are Runpod's strings, on the wire and in storage."""
+
+    #: accepted, waiting for a worker (also after a retry or a lost worker)
+    IN_QUEUE = "IN_QUEUE"
+    #: a worker has taken it
+    IN_PROGRESS = "IN_PROGRESS"
+    #: the handler returned; ``output`` holds the result
+    COMPLETED = "COMPLETED"
+    #: the handler raised or returned an error, or its worker was lost twice
+    FAILED = "FAILED"
+    #: cancelled by a user before it ended
+    CANCELLED = "CANCELLED"
+    #: ran past its execution timeout, or waited past its queue TTL
+    TIMED_OUT = "TIMED_OUT"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL: frozenset[JobStatus] = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMED_OUT}
+)
+
+#: every allowed move; terminal states are final, except FAILED/TIMED_OUT -> IN_QUEUE through an explicit retry
+TRANSITIONS: Mapping[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.IN_QUEUE: frozenset({JobStatus.IN_PROGRESS, JobStatus.CANCELLED, JobStatus.TIMED_OUT, JobStatus.FAILED}),
+    JobStatus.IN_PROGRESS: frozenset(
+        {JobStatus.IN_QUEUE, JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMED_OUT}
+    ),
+    JobStatus.COMPLETED: frozenset(),
+    JobStatus.FAILED: frozenset({JobStatus.IN_QUEUE}),
+    JobStatus.CANCELLED: frozenset(),
+    JobStatus.TIMED_OUT: frozenset({JobStatus.IN_QUEUE}),
+}
+
+
+class Reason(str, Enum):
+    """Why a job reached its terminal state (or went back to the queue)."""
+
+    #: the handler returned output
+    COMPLETED = "completed"
+    #: the handler raised, or returned ``{"error": ...}``
+    USER_ERROR = "user_error"
+    #: an endpoint dependency is not importable in the worker's environment
+    DEPENDENCY_MISSING = "dependency_missing"
+    #: the output could not be encoded for the caller
+    OUTPUT_NOT_SERIALIZABLE = "output_not_serializable"
+    #: ran longer than the execution timeout
+    EXECUTION_TIMEOUT = "execution_timeout"
+    #: waited in the queue longer than its TTL
+    QUEUE_TTL_EXPIRED = "queue_ttl_expired"
+    #: its worker died, and the one retry was used up (or is the reason for a requeue)
+    WORKER_LOST = "worker_lost"
+    #: no worker of the endpoint could start
+    WORKER_START_FAILED = "worker_start_failed"
+    #: a user cancelled it
+    CANCELLED = "cancelled"
+    #: the control plane shut down before the job ended (embedded mode only keeps jobs for its process)
+    SHUTDOWN = "shutdown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def check_transition(current: JobStatus, new: JobStatus) -> None:
+    """Raise InvalidTransitionError unless TRANSITIONS allows ``current -> new``."""
+    if new not in TRANSITIONS[current]:
+        raise InvalidTransitionError(f"a job cannot move from {current.value} to {new.value}")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a job ran: which node, which GPU model, which devices, and whether they were simulated."""
+
+    node: str
+    gpu_model: str | None
+    device_ids: tuple[int, ...]
+    simulated: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "gpuModel": self.gpu_model,
+            "deviceIds": list(self.device_ids),
+            "simulated": self.simulated,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """A job's error: the remote exception type, its message and the traceback text."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, "traceback": self.traceback}
+
+
+@dataclass(slots=True)
+class Job:
+    """The record of one job. Only the control plane mutates it, on its own event loop."""
+
+    id: str
+    endpoint: str
+    input: Any
+    #: extra keys handed to the worker with the job (webhook, s3Config, policy, flashpoint's own metadata)
+    extra: dict[str, Any] = field(default_factory=dict)
+    status: JobStatus = JobStatus.IN_QUEUE
+    reason: Reason | None = None
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    worker_id: str | None = None
+    placement: Placement | None = None
+    output: Any = None
+    error: JobError | None = None
+    #: how many times the job went back to the queue because its worker was lost
+    retries: int = 0
+    execution_timeout_ms: int = 0
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def delay_time_ms(self) -> int | None:
+        if self.started_at is None:
+            return None
+        return int((self.started_at - self.created_at) * 1000)
+
+    @property
+    def execution_time_ms(self) -> int | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return int((self.finished_at - self.started_at) * 1000)
+
+    def move(self, new: JobStatus) -> None:
+        check_transition(self.status, new)
+        self.status = new
+
+    def view(self) -> JobView:
+        return JobView(
+            id=self.id,
+            endpoint=self.endpoint,
+            status=self.status,
+            reason=self.reason,
+            output=self.output,
+            error=self.error,
+            delay_time_ms=self.delay_time_ms,
+            execution_time_ms=self.execution_time_ms,
+            worker_id=self.worker_id,
+            placement=self.placement,
+            retries=self.retries,
+            created_at=self.created_at,
+            logs=tuple(self.logs),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """An immutable snapshot of a job, safe to hand across threads and to serialise."""
+
+    id: str
+    endpoint: str
+    status: JobStatus
+    reason: Reason | None
+    output: Any
+    error: JobError | None
+    delay_time_ms: int | None
+    execution_time_ms: int | None
+    worker_id: str | None
+    placement: Placement | None
+    retries: int
+    created_at: float
+    logs: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Runpod's job state object, plus flashpoint's fields (reason, placement, retries)."""
+        body: dict[str, Any] = {"id": self.id, "status": self.status.value}
+        if self.delay_time_ms is not None:
+            body["delayTime"] = self.delay_time_ms
+        if self.execution_time_ms is not None:
+            body["executionTime"] = self.execution_time_ms
+        if self.worker_id is not None:
+            body["workerId"] = self.worker_id
+        if self.output is not None:
+            body["output"] = self.output
+        if self.error is not None:
+            body["error"] = self.error.message if not self.error.traceback else _runpod_error(self.error)
+        if self.reason is not None:
+            body["reason"] = self.reason.value
+        if self.placement is not None:
+            body["placement"] = self.placement.to_json()
+        body["retries"] = self.retries
+        return body
+
+
+def _runpod_error(error: JobError) -> str:
+    return f"{error.type}: {error.message}\n{error.traceback}"

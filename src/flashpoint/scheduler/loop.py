@@ -1,0 +1,853 @@
+"""The control plane's engine: queues per endpoint, worker placement and autoscaling, the worker protocol's verbs.
+
+Everything here runs on one asyncio loop, so the state needs no locks. A worker is placed, not a job: jobs wait in
+their endpoint's queue, the plane starts workers where placement finds devices, and workers pull jobs over HTTP.
+``reconcile()`` is the one place that decides which workers to start or stop; events call it through ``kick()``,
+and a short tick covers the clock (timeouts, idle scale-down, QUEUE_DELAY, start back-off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import secrets
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from flashpoint.backends.base import Backend, Launch
+from flashpoint.endpoint import EndpointSpec, ServerlessScalerType, WorkerTarget
+from flashpoint.errors import BackendError, InvalidEndpointError, NotFoundError
+from flashpoint.explain import Code, Explanation, Reason as WaitReason
+from flashpoint.gpus import describe
+from flashpoint.jobs import Job, JobError, JobStatus, JobView, Placement, Reason
+from flashpoint.scheduler.inventory import Device, Holder, Inventory
+from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
+from flashpoint.store.base import JobStore
+from flashpoint.worker.runtime import LOG_MARK
+
+log = logging.getLogger("flashpoint.plane")
+worker_log = logging.getLogger("flashpoint.worker")
+
+#: a worker that exits before it ever pulled counts as a failed start; after this many in a row, queued jobs fail
+MAX_START_ATTEMPTS = 5
+#: how long a job may go back to the queue because its worker was lost, before it fails with worker_lost
+MAX_RETRIES = 1
+#: log lines kept per job
+MAX_JOB_LOG_LINES = 1000
+
+
+class WorkerState(str, Enum):
+    """A worker's life: STARTING until its first pull, then IDLE/RUNNING, STOPPING once asked to exit."""
+
+    STARTING = "STARTING"
+    IDLE = "IDLE"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    id: str
+    endpoint: str
+    devices: tuple[Device, ...]
+    state: WorkerState = WorkerState.STARTING
+    started_at: float = field(default_factory=time.monotonic)
+    idle_since: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    jobs: set[str] = field(default_factory=set)
+    #: job ids to hand to the worker's job-stop long-poll
+    to_stop: list[str] = field(default_factory=list)
+    stop_waiter: asyncio.Future[None] | None = None
+    #: take no new jobs; stop once the running ones end (after a timeout or a stopPod)
+    retiring: bool = False
+    ever_ready: bool = False
+    node: str = "local"
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+
+    @property
+    def live(self) -> bool:
+        return self.state is not WorkerState.STOPPING and not self.retiring
+
+    def placement(self) -> Placement:
+        if not self.devices:
+            return Placement(node=self.node, gpu_model=None, device_ids=(), simulated=False)
+        first = self.devices[0]
+        return Placement(
+            node=first.node,
+            gpu_model=first.model_name,
+            device_ids=tuple(d.index for d in self.devices),
+            simulated=first.simulated,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        placement = self.placement()
+        return {
+            "id": self.id,
+            "endpoint": self.endpoint,
+            "state": self.state.value,
+            "jobs": sorted(self.jobs),
+            "retiring": self.retiring,
+            "placement": placement.to_json(),
+        }
+
+
+@dataclass(slots=True, eq=False)
+class EndpointState:
+    spec: EndpointSpec
+    target: WorkerTarget
+    registered_at: float = field(default_factory=time.time)
+    queue: deque[str] = field(default_factory=deque)
+    queued: int = 0
+    takers: deque[tuple[str, int, asyncio.Future[list[Job]]]] = field(default_factory=deque)
+    workers: dict[str, Worker] = field(default_factory=dict)
+    #: why the last reconcile could not give this endpoint the workers it wants
+    waiting: tuple[WaitReason, ...] = ()
+    never: NoFit | None = None
+    start_failures: int = 0
+    next_start_at: float = 0.0
+    last_start_error: str = ""
+    worker_seq: int = 0
+    counters: dict[str, int] = field(default_factory=lambda: {"completed": 0, "failed": 0, "retried": 0})
+
+    def live_workers(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.live]
+
+
+class ControlPlane:
+    """Owns queues, workers and the fleet ledger; serves the worker protocol's verbs."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        backend: Backend,
+        *,
+        worker_key: str,
+        tick_s: float = 0.1,
+        take_hold_s: float = 20.0,
+        stop_grace_s: float = 5.0,
+        python: str = sys.executable,
+        worker_env: dict[str, str] | None = None,
+        parent_pid: int | None = None,
+        node: str = "local",
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.worker_key = worker_key
+        self.tick_s = tick_s
+        self.take_hold_s = take_hold_s
+        self.stop_grace_s = stop_grace_s
+        self.python = python
+        self.worker_env = dict(worker_env or {})
+        self.parent_pid = parent_pid
+        self.base_url = ""
+        self.node = node
+        self.devices: list[Device] = backend.devices()
+        self.endpoints: dict[str, EndpointState] = {}
+        self.workers: dict[str, Worker] = {}
+        self.target_files: dict[str, str] = {}
+        self._job_waiters: dict[str, list[asyncio.Future[JobView]]] = {}
+        self._kicked = False
+        self._tick_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.on_job_line: Callable[[Job, str], None] | None = None
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # lifecycle
+
+    async def start(self) -> None:
+        self._tick_task = asyncio.create_task(self._ticker())
+
+    async def close(self) -> None:
+        """Stop every worker and end unfinished jobs (embedded mode keeps jobs only for its process)."""
+        self._closing = True
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+        for ep in self.endpoints.values():
+            self._release_takers(ep, None)
+        for worker in list(self.workers.values()):
+            self._mark_stopping(worker)
+        await self.backend.close()
+        for job in list(self.store.unfinished()):
+            self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            try:
+                self._tick(time.monotonic())
+            except Exception:  # a bug in one tick must not stop the plane
+                log.exception("control plane tick failed")
+
+    def kick(self) -> None:
+        """Ask for a reconcile soon; many events in one loop iteration cost one reconcile."""
+        if not self._kicked and not self._closing:
+            self._kicked = True
+            asyncio.get_running_loop().call_soon(self._reconcile_now)
+
+    def _reconcile_now(self) -> None:
+        self._kicked = False
+        try:
+            self.reconcile()
+        except Exception:
+            log.exception("reconcile failed")
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # endpoints and jobs (called by the SDK bridge and the HTTP API, on this loop)
+
+    def register(self, spec: EndpointSpec, target: WorkerTarget) -> None:
+        existing = self.endpoints.get(spec.name)
+        if existing is not None:
+            if existing.spec != spec:
+                raise InvalidEndpointError(
+                    f"endpoint {spec.name!r} is already registered with other options; give each endpoint its own name"
+                )
+            return
+        ep = EndpointState(spec, target)
+        if spec.uses_gpu:
+            ep.never = feasible(spec.candidates, spec.gpu_count, self.devices)
+            if ep.never is not None:
+                log.warning(self._never_message(spec, ep.never))
+        self.endpoints[spec.name] = ep
+        self.kick()
+
+    def fleet_summary(self) -> str:
+        if not self.devices:
+            return "no GPUs (set FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1 to simulate some)"
+        counts: dict[tuple[str, str, bool], int] = {}
+        for d in self.devices:
+            counts[(d.node, d.model_name, d.simulated)] = counts.get((d.node, d.model_name, d.simulated), 0) + 1
+        return ", ".join(
+            f"{n} x {model}{' (simulated)' if sim else ''} on {node}" for (node, model, sim), n in counts.items()
+        )
+
+    def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
+        models = sorted({d.model_name for d in self.devices})
+        hint = (
+            f"add a fallback the fleet has, e.g. gpu=[{', '.join(describe(c) for c in spec.candidates)}, "
+            f"{models[0]!r}] or gpu=GpuGroup.ANY"
+            if models
+            else "run on a machine with GPUs, or simulate some with FLASHPOINT_SIMULATED_GPUS"
+        )
+        count = f"{spec.gpu_count} x " if spec.gpu_count > 1 else ""
+        return (
+            f"endpoint {spec.name!r} asks for {count}{spec.describe_gpu()}, which no node of this fleet can ever "
+            f"provide ({'; '.join(r.detail for r in nofit.reasons)}). Its jobs will wait IN_QUEUE until such a "
+            f"device joins. The fleet has: {self.fleet_summary()}. To run now, {hint}."
+        )
+
+    def endpoint(self, name: str) -> EndpointState:
+        try:
+            return self.endpoints[name]
+        except KeyError:
+            raise NotFoundError(
+                f"no endpoint named {name!r}; endpoints: {', '.join(sorted(self.endpoints)) or 'none'}"
+            ) from None
+
+    def job(self, job_id: str) -> Job:
+        job = self.store.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no job with id {job_id!r}")
+        return job
+
+    def submit(self, endpoint: str, payload: Any, extra: dict[str, Any] | None = None, *,
+               execution_timeout_ms: int | None = None) -> Job:  # fmt: skip
+        ep = self.endpoint(endpoint)
+        job = Job(
+            id=f"{secrets.token_hex(12)}-fp",
+            endpoint=endpoint,
+            input=payload,
+            extra=dict(extra or {}),
+            execution_timeout_ms=ep.spec.execution_timeout_ms if execution_timeout_ms is None else execution_timeout_ms,
+        )
+        self.store.add(job)
+        self._enqueue(ep, job, front=False)
+        return job
+
+    def _enqueue(self, ep: EndpointState, job: Job, *, front: bool) -> None:
+        if front:
+            ep.queue.appendleft(job.id)
+        else:
+            ep.queue.append(job.id)
+        ep.queued += 1
+        self._dispatch(ep)
+        if ep.queued:
+            self.kick()
+
+    async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
+        job = self.job(job_id)
+        if job.status.terminal:
+            return job.view()
+        future: asyncio.Future[JobView] = asyncio.get_running_loop().create_future()
+        self._job_waiters.setdefault(job_id, []).append(future)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"job {job_id} is still {self.job(job_id).status.value} after {timeout}s") from None
+        finally:
+            waiters = self._job_waiters.get(job_id)
+            if waiters and future in waiters:
+                waiters.remove(future)
+
+    def cancel(self, job_id: str) -> JobView:
+        job = self.job(job_id)
+        if job.status is JobStatus.IN_QUEUE:
+            self.endpoints[job.endpoint].queued -= 1  # the id stays in the deque and is skipped when reached
+            self._finish(job, JobStatus.CANCELLED, Reason.CANCELLED)
+        elif job.status is JobStatus.IN_PROGRESS:
+            worker = self.workers.get(job.worker_id or "")
+            self._finish(job, JobStatus.CANCELLED, Reason.CANCELLED)
+            if worker is not None:
+                self._signal_stop(worker, job.id)
+        return job.view()
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # the worker protocol's verbs
+
+    def _worker(self, endpoint: str, worker_id: str) -> Worker | None:
+        worker = self.workers.get(worker_id)
+        if worker is None or worker.endpoint != endpoint:
+            return None
+        worker.last_seen = time.monotonic()
+        if worker.state is WorkerState.STARTING:
+            worker.state = WorkerState.IDLE
+            worker.ever_ready = True
+            worker.idle_since = time.monotonic()
+            self.endpoints[endpoint].start_failures = 0
+        return worker
+
+    async def take(self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None) -> list[dict[str, Any]]:
+        """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop)."""
+        ep = self.endpoints.get(endpoint)
+        worker = self._worker(endpoint, worker_id)
+        hold = self.take_hold_s if hold_s is None else hold_s
+        if ep is None or worker is None or not worker.live:
+            # unknown or retiring: hold anyway, so a misconfigured worker does not spin
+            if ep is None or worker is None:
+                await asyncio.sleep(min(hold, 5.0))
+            return []
+        jobs = self._pop(ep, worker, count)
+        if not jobs:
+            future: asyncio.Future[list[Job]] = asyncio.get_running_loop().create_future()
+            entry = (worker_id, count, future)
+            ep.takers.append(entry)
+            self.kick()  # an idle, pulling worker may be a reason to scale down or yield
+            try:
+                jobs = await asyncio.wait_for(future, hold)
+            except asyncio.TimeoutError:
+                jobs = []
+            finally:
+                if entry in ep.takers:
+                    ep.takers.remove(entry)
+        return [self._job_payload(job) for job in jobs]
+
+    def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
+        jobs: list[Job] = []
+        while ep.queue and len(jobs) < count:
+            job = self.store.get(ep.queue.popleft())
+            if job is None or job.status is not JobStatus.IN_QUEUE:
+                continue
+            ep.queued -= 1
+            self._assign(job, worker)
+            jobs.append(job)
+        return jobs
+
+    def _dispatch(self, ep: EndpointState) -> None:
+        """Hand queued jobs to workers already waiting in a long-poll."""
+        while ep.queued and ep.takers:
+            worker_id, count, future = ep.takers.popleft()
+            worker = self.workers.get(worker_id)
+            if future.done() or worker is None or not worker.live:
+                continue
+            jobs = self._pop(ep, worker, count)
+            if jobs:
+                future.set_result(jobs)
+            else:
+                ep.takers.appendleft((worker_id, count, future))
+                return
+
+    def _assign(self, job: Job, worker: Worker) -> None:
+        job.move(JobStatus.IN_PROGRESS)
+        job.started_at = time.time()
+        job.worker_id = worker.id
+        job.placement = worker.placement()
+        worker.jobs.add(job.id)
+        worker.state = WorkerState.RUNNING
+        self.store.update(job)
+
+    @staticmethod
+    def _job_payload(job: Job) -> dict[str, Any]:
+        return {"id": job.id, "input": job.input, **job.extra}
+
+    async def done(self, endpoint: str, worker_id: str, job_id: str, body: Any, *, take_next: bool = False) -> list[dict[str, Any]]:
+        """A result (or a progress update) from a worker; idempotent. With ``take_next``, long-poll the next job."""
+        worker = self._worker(endpoint, worker_id)
+        job = self.store.get(job_id)
+        if job is not None and isinstance(body, dict) and job.worker_id == worker_id:
+            if body.get("status") == "IN_PROGRESS":
+                if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
+                    job.output = body.get("output")
+                    self.store.update(job)
+                return []
+            if job.status is JobStatus.IN_PROGRESS:
+                self._complete(job, body)
+        if worker is not None:
+            worker.jobs.discard(job_id)
+            self._after_job(worker, stop_pod=isinstance(body, dict) and bool(body.get("stopPod")))
+        if take_next and worker is not None and worker.live:
+            return await self.take(endpoint, worker_id, 1)
+        return []
+
+    def _complete(self, job: Job, body: dict[str, Any]) -> None:
+        error = body.get("error")
+        if error:
+            parsed, reason = _parse_error(error)
+            job.output = body.get("output")
+            job.error = parsed
+            self._finish(job, JobStatus.FAILED, reason)
+        else:
+            job.output = body.get("output")
+            self._finish(job, JobStatus.COMPLETED, Reason.COMPLETED)
+
+    def _after_job(self, worker: Worker, *, stop_pod: bool = False) -> None:
+        if stop_pod:
+            worker.retiring = True
+        if not worker.jobs and worker.state is WorkerState.RUNNING:
+            worker.state = WorkerState.IDLE
+            worker.idle_since = time.monotonic()
+        if worker.retiring and not worker.jobs:
+            self._stop_worker(worker)
+        self.kick()
+
+    def stream(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        """A streamed chunk from a generator handler (kept as the job's partial output)."""
+        self._worker(endpoint, worker_id)
+        job = self.store.get(job_id)
+        if job is not None and job.status is JobStatus.IN_PROGRESS and isinstance(body, dict):
+            chunks = job.extra.setdefault("_stream", [])
+            chunks.append(body.get("output"))
+
+    async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
+        """Long-poll: job ids this worker must stop (cancelled or timed out)."""
+        worker = self._worker(endpoint, worker_id)
+        if worker is None:
+            await asyncio.sleep(min(self.take_hold_s if hold_s is None else hold_s, 5.0))
+            return []
+        if not worker.to_stop:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            worker.stop_waiter = future
+            try:
+                await asyncio.wait_for(future, self.take_hold_s if hold_s is None else hold_s)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                if worker.stop_waiter is future:
+                    worker.stop_waiter = None
+        ids, worker.to_stop = worker.to_stop, []
+        return ids
+
+    def ping(self, endpoint: str, worker_id: str) -> None:
+        self._worker(endpoint, worker_id)
+
+    def _signal_stop(self, worker: Worker, job_id: str) -> None:
+        worker.to_stop.append(job_id)
+        worker.jobs.discard(job_id)
+        if worker.stop_waiter is not None and not worker.stop_waiter.done():
+            worker.stop_waiter.set_result(None)
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # finishing jobs
+
+    def _finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
+        job.move(status)
+        job.reason = reason
+        job.finished_at = time.time()
+        if error is not None:
+            job.error = error
+        if status is JobStatus.CANCELLED and job.error is None:
+            job.error = JobError("Cancelled", "cancelled before it finished" if reason is Reason.CANCELLED
+                                 else "the control plane shut down before the job finished")  # fmt: skip
+        ep = self.endpoints.get(job.endpoint)
+        if ep is not None:
+            if status is JobStatus.COMPLETED:
+                ep.counters["completed"] += 1
+            elif status is JobStatus.FAILED:
+                ep.counters["failed"] += 1
+        self.store.update(job)
+        view = job.view()
+        for future in self._job_waiters.pop(job.id, []):
+            if not future.done():
+                future.set_result(view)
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # workers: start, output, exit, stop
+
+    def _inventory(self) -> Inventory:
+        holders: dict[tuple[str, int], Holder] = {}
+        for worker in self.workers.values():
+            ep = self.endpoints[worker.endpoint]
+            yieldable = (
+                worker.state is WorkerState.IDLE
+                and worker.live
+                and not worker.jobs
+                and ep.queued == 0
+                and len(ep.live_workers()) > ep.spec.workers_min
+            )
+            for device in worker.devices:
+                holders[device.key] = Holder(worker.id, worker.endpoint, yieldable)
+        return Inventory(tuple(self.devices), holders)
+
+    def _desired(self, ep: EndpointState, now: float) -> int:
+        spec = ep.spec
+        live = ep.live_workers()
+        running = sum(len(w.jobs) for w in live)
+        if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
+            want = math.ceil((ep.queued + running) / spec.scaler_value)
+        else:
+            want = len(live)
+            if ep.queued:
+                starting = any(w.state is WorkerState.STARTING for w in live)
+                idle = any(w.state is WorkerState.IDLE for w in live)
+                if not live:
+                    want = 1
+                elif not starting and not idle and now - self._oldest_wait(ep) >= spec.scaler_value:
+                    want = len(live) + 1
+        return min(max(want, spec.workers_min), spec.workers_max)
+
+    def _oldest_wait(self, ep: EndpointState) -> float:
+        """Monotonic time at which the oldest queued job of ``ep`` was queued (approximated from wall time)."""
+        for job_id in ep.queue:
+            job = self.store.get(job_id)
+            if job is not None and job.status is JobStatus.IN_QUEUE:
+                return time.monotonic() - (time.time() - job.created_at)
+        return time.monotonic()
+
+    def reconcile(self) -> None:
+        """Start the workers endpoints want, oldest waiter first; reclaim idle devices for waiters; record why not."""
+        if self._closing:
+            return
+        now = time.monotonic()
+        order = sorted(self.endpoints.values(), key=lambda e: (0, self._oldest_wait(e)) if e.queued else (1, e.registered_at))
+        for ep in order:
+            self._reconcile_endpoint(ep, now)
+
+    def _reconcile_endpoint(self, ep: EndpointState, now: float) -> None:
+        spec = ep.spec
+        waiting: list[WaitReason] = []
+        want = self._desired(ep, now)
+        live = ep.live_workers()
+        while len(live) < want:
+            if ep.next_start_at > now:
+                waiting.append(WaitReason(spec.describe_gpu(), Code.START_BACKOFF,
+                                          f"{ep.start_failures} worker start(s) failed; next attempt in "
+                                          f"{ep.next_start_at - now:.1f}s; last error: {ep.last_start_error or '?'}"))  # fmt: skip
+                break
+            if not spec.uses_gpu:
+                self._start_worker(ep, (), None)
+                live = ep.live_workers()
+                continue
+            result = place(spec.candidates, spec.gpu_count, self._inventory())
+            if isinstance(result, NoFit):
+                waiting.extend(result.reasons)
+                break
+            if result.reclaim:
+                for holder in result.reclaim:
+                    worker = self.workers.get(holder.worker_id)
+                    if worker is not None:
+                        log.info("worker %s of %s is idle: yielding its devices to %s", worker.id, worker.endpoint,
+                                 spec.name)  # fmt: skip
+                        self._stop_worker(worker)
+                waiting.append(WaitReason(describe(result.candidate), Code.BUSY,
+                                          "idle workers of other endpoints are giving their devices up for this one",
+                                          tuple(sorted({h.endpoint for h in result.reclaim}))))  # fmt: skip
+                break
+            self._start_worker(ep, result.devices, result)
+            live = ep.live_workers()
+        if ep.queued and len(live) >= spec.workers_max and not waiting:
+            busy = all(w.jobs or w.state is WorkerState.STARTING for w in live)
+            if busy:
+                waiting.append(WaitReason(spec.describe_gpu(), Code.MAX_WORKERS,
+                                          f"all {spec.workers_max} worker(s) allowed are busy; raise workers= to run "
+                                          "more at once"))  # fmt: skip
+        if ep.queued and not waiting:
+            if any(w.state is WorkerState.STARTING for w in live):
+                waiting.append(WaitReason(spec.describe_gpu(), Code.WORKER_STARTING, "a worker is starting"))
+            elif live and all(w.jobs for w in live):
+                waiting.append(WaitReason(spec.describe_gpu(), Code.SCALER,
+                                          f"workers are busy; {spec.scaler_type.value} adds one after "
+                                          f"{spec.scaler_value}{'s' if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY else ' jobs per worker'}"))  # fmt: skip
+        ep.waiting = tuple(waiting)
+
+    def _start_worker(self, ep: EndpointState, devices: tuple[Device, ...], fit: Fit | None) -> None:
+        ep.worker_seq += 1
+        worker = Worker(id=f"{ep.spec.name}-w{ep.worker_seq}-{secrets.token_hex(3)}", endpoint=ep.spec.name,
+                        devices=devices, node=devices[0].node if devices else self.node)
+        self.workers[worker.id] = worker
+        ep.workers[worker.id] = worker
+        launch = Launch(worker.id, ep.spec.name, self._argv(ep), self._env(ep, worker), devices)
+        log.info("starting worker %s for %s on %s", worker.id, ep.spec.name,
+                 f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}" if devices else "cpu")  # fmt: skip
+        asyncio.get_running_loop().create_task(self._launch(worker, launch))
+
+    async def _launch(self, worker: Worker, launch: Launch) -> None:
+        try:
+            await self.backend.start(launch, self._on_line, self._on_exit)
+        except BackendError as exc:
+            worker.stderr_tail.append(str(exc))
+            self._on_exit(worker.id, -1)
+
+    def _argv(self, ep: EndpointState) -> list[str]:
+        target = ep.target
+        if target.import_path is not None:
+            return [self.python, "-m", "flashpoint.worker", "--import", target.import_path]
+        path = self.target_files.get(ep.spec.name)
+        if path is None:
+            raise BackendError(f"endpoint {ep.spec.name!r} has no code file; register it with a target")
+        return [self.python, "-m", "flashpoint.worker", "--pickle", path]
+
+    def _env(self, ep: EndpointState, worker: Worker) -> dict[str, str]:
+        base, name = self.base_url, ep.spec.name
+        gpu = (worker.placement().gpu_model or "cpu").replace(" ", "-")
+        env = dict(self.worker_env)
+        env.update(ep.spec.env)
+        env.update({
+            "CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in worker.devices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's order, which is the order device indices come from
+            "FLASHPOINT_GPU_MODEL": worker.placement().gpu_model or "",
+            "FLASHPOINT_GPU_SIMULATED": "1" if any(d.simulated for d in worker.devices) else "0",
+            "FLASHPOINT_ENDPOINT": name,
+            "FLASHPOINT_WORKER_ID": worker.id,
+            "FLASHPOINT_MAX_CONCURRENCY": str(ep.spec.max_concurrency),
+            "FLASHPOINT_DEPENDENCIES": json.dumps(list(ep.spec.dependencies)),
+            "RUNPOD_WEBHOOK_GET_JOB": f"{base}/v2/{name}/job-take/$ID?gpu={gpu}",
+            "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/v2/{name}/job-done/$RUNPOD_POD_ID/$ID?gpu={gpu}",
+            "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/v2/{name}/job-stream/$RUNPOD_POD_ID/$ID?gpu={gpu}",
+            "RUNPOD_WEBHOOK_PING": f"{base}/v2/{name}/ping/$RUNPOD_POD_ID?gpu={gpu}",
+            "RUNPOD_POD_ID": worker.id,
+            "RUNPOD_AI_API_KEY": self.worker_key,
+            "RUNPOD_PING_INTERVAL": "10000",
+            "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
+        })  # fmt: skip
+        if self.parent_pid is not None:
+            env["FLASHPOINT_PARENT_PID"] = str(self.parent_pid)
+        return env
+
+    def _on_line(self, worker_id: str, stream: str, line: str) -> None:
+        worker = self.workers.get(worker_id)
+        endpoint = worker.endpoint if worker else "?"
+        job_id = None
+        if line.startswith(LOG_MARK):
+            job_id, _, line = line[len(LOG_MARK):].partition("\x1f")
+        if worker is not None and stream == "stderr":
+            worker.stderr_tail.append(line)
+        if job_id:
+            job = self.store.get(job_id)
+            if job is not None and len(job.logs) < MAX_JOB_LOG_LINES:
+                job.logs.append(line)
+        worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
+
+    def _on_exit(self, worker_id: str, code: int) -> None:
+        worker = self.workers.pop(worker_id, None)
+        if worker is None:
+            return
+        ep = self.endpoints[worker.endpoint]
+        ep.workers.pop(worker_id, None)
+        expected = worker.state is WorkerState.STOPPING
+        if worker.stop_waiter is not None and not worker.stop_waiter.done():
+            worker.stop_waiter.set_result(None)
+        for job_id in sorted(worker.jobs):
+            job = self.store.get(job_id)
+            if job is None or job.status is not JobStatus.IN_PROGRESS:
+                continue
+            if job.retries < MAX_RETRIES:
+                log.warning("worker %s was lost (exit %s) while running job %s; retrying it", worker_id, code, job_id)
+                job.move(JobStatus.IN_QUEUE)
+                job.retries += 1
+                job.worker_id, job.placement, job.started_at = None, None, None
+                ep.counters["retried"] += 1
+                self.store.update(job)
+                self._enqueue(ep, job, front=True)
+            else:
+                self._finish(job, JobStatus.FAILED, Reason.WORKER_LOST,
+                             JobError("WorkerLost", f"worker {worker_id} exited with code {code} while running the "
+                                      f"job, which had already been retried {job.retries} time(s)"))  # fmt: skip
+        if not worker.ever_ready and not expected and not self._closing:
+            self._start_failed(ep, worker, code)
+        elif not expected:
+            log.warning("worker %s of %s exited unexpectedly with code %s", worker_id, ep.spec.name, code)
+        self.kick()
+
+    def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None:
+        ep.start_failures += 1
+        ep.last_start_error = "\n".join(worker.stderr_tail)[-2000:] or f"exit code {code}"
+        delay = min(0.5 * 2 ** (ep.start_failures - 1), 30.0)
+        ep.next_start_at = time.monotonic() + delay
+        log.error("worker %s of %s exited with code %s before taking a job (attempt %d of %d):\n%s", worker.id,
+                  ep.spec.name, code, ep.start_failures, MAX_START_ATTEMPTS, ep.last_start_error)  # fmt: skip
+        if ep.start_failures >= MAX_START_ATTEMPTS:
+            error = JobError("WorkerStartFailed", f"no worker of {ep.spec.name!r} could start "
+                             f"({ep.start_failures} attempts); last error:\n{ep.last_start_error}")  # fmt: skip
+            for job_id in list(ep.queue):
+                job = self.store.get(job_id)
+                if job is not None and job.status is JobStatus.IN_QUEUE:
+                    ep.queued -= 1
+                    self._finish(job, JobStatus.FAILED, Reason.WORKER_START_FAILED, error)
+            ep.queue.clear()
+
+    def _mark_stopping(self, worker: Worker) -> None:
+        worker.state = WorkerState.STOPPING
+        ep = self.endpoints.get(worker.endpoint)
+        if ep is not None:
+            self._release_takers(ep, worker.id)
+
+    def _release_takers(self, ep: EndpointState, worker_id: str | None) -> None:
+        for entry in list(ep.takers):
+            if worker_id is None or entry[0] == worker_id:
+                ep.takers.remove(entry)
+                if not entry[2].done():
+                    entry[2].set_result([])
+
+    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None:
+        if worker.state is WorkerState.STOPPING:
+            return
+        self._mark_stopping(worker)
+        grace = self.stop_grace_s if grace_s is None else grace_s
+        asyncio.get_running_loop().create_task(self.backend.stop(worker.id, grace))
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # the clock
+
+    def _tick(self, now: float) -> None:
+        wall = time.time()
+        for ep in self.endpoints.values():
+            for worker in list(ep.workers.values()):
+                for job_id in list(worker.jobs):
+                    job = self.store.get(job_id)
+                    if job is None or job.status is not JobStatus.IN_PROGRESS or not job.execution_timeout_ms:
+                        continue
+                    if job.started_at is not None and (wall - job.started_at) * 1000 >= job.execution_timeout_ms:
+                        self._timeout(job, worker)
+            live = ep.live_workers()
+            for worker in sorted(live, key=lambda w: w.idle_since):
+                if len(live) <= ep.spec.workers_min:
+                    break
+                if worker.state is WorkerState.IDLE and not worker.jobs and now - worker.idle_since >= ep.spec.idle_timeout_s:
+                    log.info("worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.name, now - worker.idle_since)
+                    self._stop_worker(worker)
+                    live.remove(worker)
+        self.reconcile()
+
+    def _timeout(self, job: Job, worker: Worker) -> None:
+        log.warning("job %s ran past its execution timeout of %d ms; replacing worker %s", job.id,
+                    job.execution_timeout_ms, worker.id)  # fmt: skip
+        self._finish(job, JobStatus.TIMED_OUT, Reason.EXECUTION_TIMEOUT,
+                     JobError("TimeoutError", f"execution exceeded {job.execution_timeout_ms} ms"))  # fmt: skip
+        self._signal_stop(worker, job.id)
+        # a sync handler cannot be interrupted: the worker is replaced, once its other jobs are done
+        worker.retiring = True
+        if not worker.jobs:
+            self._stop_worker(worker, grace_s=1.0)
+        self.kick()
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # explanations and views
+
+    def explain_endpoint(self, name: str) -> Explanation:
+        ep = self.endpoint(name)
+        return self._explain(ep, None)
+
+    def explain_job(self, job_id: str) -> Explanation:
+        job = self.job(job_id)
+        return self._explain(self.endpoint(job.endpoint), job)
+
+    def _explain(self, ep: EndpointState, job: Job | None) -> Explanation:
+        workers = {s.value.lower(): 0 for s in WorkerState}
+        for worker in ep.workers.values():
+            workers[worker.state.value.lower()] += 1
+        position = None
+        reasons = ep.waiting
+        never = ep.never is not None
+        if job is not None and job.status is not JobStatus.IN_QUEUE:
+            summary = {
+                JobStatus.IN_PROGRESS: f"running on worker {job.worker_id}",
+                JobStatus.COMPLETED: "completed",
+            }.get(job.status, f"ended {job.status.value} ({job.reason.value if job.reason else '?'})")
+            reasons = ()
+        else:
+            if job is not None:
+                position = self._position(ep, job)
+            if ep.never is not None:
+                reasons = ep.never.reasons
+                summary = "can never run on this fleet: no candidate exists in it with enough devices on one node"
+            elif not ep.queued and job is None:
+                summary = f"nothing queued; {len(ep.workers)} worker(s)"
+            elif reasons:
+                summary = "waiting: " + "; ".join(sorted({r.code.value for r in reasons}))
+            else:
+                summary = "about to be taken by a worker"
+        return Explanation(
+            endpoint=ep.spec.name,
+            summary=summary,
+            reasons=tuple(reasons),
+            never=never,
+            job_id=job.id if job else None,
+            status=job.status.value if job else None,
+            position=position,
+            queue_depth=ep.queued,
+            workers=workers,
+            fleet=self.fleet_summary(),
+        )
+
+    def _position(self, ep: EndpointState, job: Job) -> int:
+        """1-based place of a queued job among its endpoint's queued jobs (the deque is in queue order)."""
+        position = 0
+        for job_id in ep.queue:
+            other = self.store.get(job_id)
+            if other is not None and other.status is JobStatus.IN_QUEUE:
+                position += 1
+            if job_id == job.id:
+                break
+        return position
+
+    def fleet_view(self) -> list[dict[str, Any]]:
+        inventory = self._inventory()
+        rows = []
+        for d in self.devices:
+            holder = inventory.holder(d)
+            rows.append({
+                "node": d.node, "index": d.index, "name": d.name, "model": d.model_name,
+                "pool": d.model.pool.value if d.model and d.model.pool else None,
+                "vramGb": d.model.vram_gb if d.model else round(d.memory_mb / 1024),
+                "recognised": d.model is not None, "simulated": d.simulated,
+                "worker": holder.worker_id if holder else None, "endpoint": holder.endpoint if holder else None,
+            })  # fmt: skip
+        return rows
+
+
+def _parse_error(error: Any) -> tuple[JobError, Reason]:
+    """Runpod's error is a JSON string of a traceback record, or any plain value returned as ``{"error": ...}``."""
+    if isinstance(error, str):
+        try:
+            record = json.loads(error)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and "error_message" in record:
+            kind = str(record.get("error_type", "Error"))
+            if kind.startswith("<class '") and kind.endswith("'>"):
+                kind = kind[8:-2]
+            try:
+                reason = Reason(record.get("reason", Reason.USER_ERROR.value))
+            except ValueError:
+                reason = Reason.USER_ERROR
+            return JobError(kind, str(record["error_message"]), str(record.get("error_traceback", ""))), reason
+    return JobError("Error", error if isinstance(error, str) else json.dumps(error)), Reason.USER_ERROR
+

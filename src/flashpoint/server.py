@@ -1,0 +1,263 @@
+"""Composition root: Settings -> fleet, store, backend, control plane, HTTP app; and the embedded plane.
+
+The embedded plane runs the control plane and its HTTP routes (which workers pull from) on their own event loop in a
+background thread of the calling process, so it outlives any one ``asyncio.run`` and serves sync callers too. It
+is started by the first call of a decorated function and stopped at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import json
+import logging
+import os
+import secrets
+import socket
+import tempfile
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from flashpoint.backends.local import LocalBackend, python_env
+from flashpoint.config import Settings
+from flashpoint.endpoint import Connection, EndpointSpec, WorkerTarget
+from flashpoint.errors import ConfigError
+from flashpoint.explain import Explanation
+from flashpoint.fleet import discover
+from flashpoint.jobs import JobView
+from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.store.memory import MemoryJobStore
+
+log = logging.getLogger("flashpoint")
+T = TypeVar("T")
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # uvloop is optional (not on Windows)
+        return asyncio.new_event_loop()
+
+
+class EmbeddedPlane:
+    """A control plane plus its worker routes on 127.0.0.1, in a thread of this process. A ``Connection``."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.load()
+        self.plane: ControlPlane
+        self.loop = _new_loop()
+        self.url = ""
+        self.api_key = secrets.token_urlsafe(24)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="flashpoint-plane", daemon=True)
+        self._tmp = tempfile.TemporaryDirectory(prefix="flashpoint-")
+        self._announce: Path | None = None
+        self.closed = False
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # life cycle
+
+    def start(self) -> EmbeddedPlane:
+        self._thread.start()
+        if not self._ready.wait(60):
+            raise ConfigError("the embedded control plane did not start within 60 s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._main())
+        except BaseException as exc:  # reported to the thread that called start()
+            self._error = exc
+            self._ready.set()
+        finally:
+            self.loop.close()
+
+    async def _main(self) -> None:
+        import uvicorn
+        from starlette.applications import Starlette
+
+        from flashpoint.api.native import native_routes
+        from flashpoint.api.workers import worker_routes
+
+        self._stop = asyncio.Event()
+        devices = discover(self.settings.simulated_gpus, node=self.settings.node)
+        worker_key = secrets.token_urlsafe(24)
+        self.plane = ControlPlane(
+            MemoryJobStore(),
+            LocalBackend(devices),
+            worker_key=worker_key,
+            take_hold_s=self.settings.take_hold_s,
+            worker_env=python_env(),
+            parent_pid=os.getpid(),
+            node=self.settings.node,
+        )
+        app = Starlette(routes=[*worker_routes(self.plane), *native_routes(self.plane, (self.api_key,))])
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self.plane.base_url = self.url
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=120)
+        server = uvicorn.Server(config)
+        await self.plane.start()
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if serving.done():
+                serving.result()  # raises what stopped it
+            await asyncio.sleep(0.005)
+        self._announce = self._write_announcement()
+        log.debug("embedded control plane at %s; fleet: %s", self.url, self.plane.fleet_summary())
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.plane.close()
+            server.should_exit = True
+            await serving
+            if self._announce is not None:
+                self._announce.unlink(missing_ok=True)
+
+    def _write_announcement(self) -> Path | None:
+        """Tell `flashpoint explain` on this machine where this plane is (file readable by this user only)."""
+        try:
+            folder = self.settings.state_dir / "run"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{os.getpid()}-{id(self):x}.json"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump({"url": self.url, "key": self.api_key, "pid": os.getpid()}, handle)
+            return path
+        except OSError as exc:
+            log.debug("cannot announce the embedded plane: %s", exc)
+            return None
+
+    def close(self) -> None:
+        """Stop workers and the HTTP routes; safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._thread.is_alive() and self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(30)
+        self._tmp.cleanup()
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Connection: every call runs on the plane's loop
+
+    async def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self.closed:
+            coro.close()
+            raise ConfigError("this embedded control plane is closed")
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wrap_future(future)
+
+    def run_sync(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run a coroutine on the plane's loop from a thread without a loop (tests, the CLI)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None:
+        async def run() -> None:
+            if target.pickled is not None and spec.name not in self.plane.target_files:
+                path = Path(self._tmp.name) / f"{spec.name}.pkl"
+                path.write_bytes(target.pickled)
+                self.plane.target_files[spec.name] = str(path)
+            self.plane.register(spec, target)
+
+        await self._bridge(run())
+
+    async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
+        async def run() -> JobView:
+            return self.plane.submit(endpoint, payload, extra).view()
+
+        return await self._bridge(run())
+
+    async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
+        async def run() -> JobView:
+            job = self.plane.submit(endpoint, payload, extra)
+            return await self.plane.wait(job.id)
+
+        return await self._bridge(run())
+
+    async def get(self, job_id: str) -> JobView:
+        async def run() -> JobView:
+            return self.plane.job(job_id).view()
+
+        return await self._bridge(run())
+
+    async def wait(self, job_id: str, timeout: float | None) -> JobView:
+        return await self._bridge(self.plane.wait(job_id, timeout))
+
+    async def cancel(self, job_id: str) -> JobView:
+        async def run() -> JobView:
+            return self.plane.cancel(job_id)
+
+        return await self._bridge(run())
+
+    async def explain_job(self, job_id: str) -> Explanation:
+        async def run() -> Explanation:
+            return self.plane.explain_job(job_id)
+
+        return await self._bridge(run())
+
+    async def explain_endpoint(self, name: str) -> Explanation:
+        async def run() -> Explanation:
+            return self.plane.explain_endpoint(name)
+
+        return await self._bridge(run())
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The process-wide default connection
+
+
+_lock = threading.Lock()
+_current: Connection | None = None
+
+
+def _show_worker_output() -> None:
+    """Zero set-up: if the program configured no logging, worker output and warnings still reach stderr."""
+    root = logging.getLogger()
+    package = logging.getLogger("flashpoint")
+    if not root.handlers and not package.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+        package.addHandler(handler)
+        package.setLevel(logging.INFO)
+        logging.getLogger("flashpoint.plane").setLevel(logging.WARNING)
+        logging.getLogger("flashpoint.backends").setLevel(logging.WARNING)
+
+
+def connection() -> Connection:
+    """The connection decorated functions use: the one set by ``use()``, else a new embedded plane."""
+    global _current
+    with _lock:
+        if _current is not None and not getattr(_current, "closed", False):
+            return _current
+        settings = Settings.load()
+        if settings.url:
+            raise ConfigError(
+                f"FLASHPOINT_URL={settings.url} is set, but this flashpoint has no client mode yet; "
+                "unset FLASHPOINT_URL to run endpoints in this process"
+            )
+        _show_worker_output()
+        plane = EmbeddedPlane(settings).start()
+        atexit.register(plane.close)
+        _current = plane
+        return plane
+
+
+def use(conn: Connection | None) -> None:
+    """Make ``conn`` the connection decorated functions use (``None``: start an embedded plane on the next call)."""
+    global _current
+    with _lock:
+        _current = conn

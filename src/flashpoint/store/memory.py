@@ -1,0 +1,54 @@
+"""MemoryJobStore: jobs kept for the life of the process (embedded mode: a script run twice starts empty)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from flashpoint.errors import StoreError
+from flashpoint.jobs import Job, JobStatus
+
+
+class MemoryJobStore:
+    """A real, complete in-memory store; dict insertion order is submission order."""
+
+    def __init__(self, *, max_finished: int = 100_000) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._finished: list[str] = []
+        self.max_finished = max_finished
+
+    def add(self, job: Job) -> None:
+        if job.id in self._jobs:
+            raise StoreError(f"job id {job.id!r} already exists")
+        self._jobs[job.id] = job
+
+    def update(self, job: Job) -> None:
+        if job.status.terminal:
+            self._finished.append(job.id)
+            if len(self._finished) > self.max_finished * 2:
+                self._evict()
+
+    def _evict(self) -> None:
+        # keep memory bounded in long-running scripts: forget the oldest finished jobs beyond max_finished
+        seen: set[str] = set()
+        finished = [j for j in self._finished if not (j in seen or seen.add(j))]  # type: ignore[func-returns-value]
+        drop, keep = finished[: -self.max_finished], finished[-self.max_finished :]
+        for job_id in drop:
+            job = self._jobs.get(job_id)
+            if job is not None and job.status.terminal:
+                del self._jobs[job_id]
+        self._finished = keep
+
+    def get(self, job_id: str) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def list(self, *, endpoint: str | None = None, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
+        matches = (
+            job
+            for job in reversed(self._jobs.values())
+            if (endpoint is None or job.endpoint == endpoint) and (status is None or job.status is status)
+        )
+        return list(itertools.islice(matches, limit))
+
+    def unfinished(self) -> Iterator[Job]:
+        return iter([job for job in self._jobs.values() if not job.status.terminal])

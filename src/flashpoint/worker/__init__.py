@@ -1,0 +1,1 @@
+"""Worker processes: the runtime inside them and how they are started."""

@@ -1,0 +1,404 @@
+"""Inside a worker process: load the endpoint's code, pull jobs over the Runpod worker protocol, run them, post results.
+
+The worker reads the same variables an unmodified ``runpod.serverless.start`` worker reads (``RUNPOD_WEBHOOK_GET_JOB``,
+``RUNPOD_WEBHOOK_POST_OUTPUT``, ``RUNPOD_WEBHOOK_POST_STREAM``, ``RUNPOD_WEBHOOK_PING``, ``RUNPOD_AI_API_KEY``,
+``RUNPOD_POD_ID``, ``RUNPOD_PING_INTERVAL``), so the control plane serves one protocol to both. Two optimisations stay
+inside that protocol: long-polls are held by the server, and a result post may ask (``&take=1``) for the next job in
+its answer, so a busy worker makes one round trip per job. Never imports ``flashpoint.store`` or ``scheduler``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from flashpoint import codec
+from flashpoint.jobs import Reason
+
+log = logging.getLogger("flashpoint.worker")
+
+#: marks a line of worker output with the job that printed it; the supervisor strips it and tags the line
+LOG_MARK = "\x1ffp:"
+_current_job: contextvars.ContextVar[str | None] = contextvars.ContextVar("flashpoint_job", default=None)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading the endpoint
+
+
+def load_target(import_path: str | None = None, pickle_file: str | None = None) -> Any:
+    """The decorated object's underlying function or class, from ``module:qualname``/``file.py:qualname`` or a pickle."""
+    if pickle_file is not None:
+        import pickle
+
+        obj = pickle.loads(Path(pickle_file).read_bytes())
+    elif import_path is not None:
+        module_name, _, qualname = import_path.partition(":")
+        if module_name.endswith(".py"):
+            path = Path(module_name).resolve()
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+        obj = module
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    else:
+        raise ValueError("a worker needs --import PATH or --pickle FILE")
+    return getattr(obj, "__wrapped__", obj)
+
+
+def missing_dependencies(requirements: list[str]) -> list[str]:
+    """Requirements whose distribution is not installed in this interpreter."""
+    missing = []
+    for requirement in requirements:
+        name = re.split(r"[\s<>=!~;\[@]", requirement.strip(), maxsplit=1)[0]
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(requirement)
+    return missing
+
+
+class HandlerError(Exception):
+    """An error the runtime reports with a specific reason code."""
+
+    def __init__(self, message: str, reason: Reason) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Handler:
+    """Calls the endpoint's function, or a method of a per-worker instance of its class, with a job's input."""
+
+    def __init__(self, target: Any, dependencies: list[str] | None = None) -> None:
+        self.target = target
+        self.is_class = inspect.isclass(target)
+        self.methods = (
+            [n for n, v in vars(target).items() if not n.startswith("_") and inspect.isfunction(v)] if self.is_class else []
+        )
+        self._instances: dict[str, Any] = {}
+        self._missing = missing_dependencies(dependencies or [])
+
+    async def _instance(self, init: Any) -> Any:
+        key = json.dumps(init, sort_keys=True)
+        if key not in self._instances:
+            args, kwargs = codec.decode_call(init) if init is not None else ((), {})
+            # the constructor may load a model for seconds: keep the event loop (and the stop channel) responsive
+            self._instances[key] = await asyncio.to_thread(self.target, *args, **kwargs)
+        return self._instances[key]
+
+    async def __call__(self, job: dict[str, Any]) -> Any:
+        if self._missing:
+            raise HandlerError(
+                f"dependencies not installed in the worker's environment ({sys.executable}): "
+                f"{', '.join(self._missing)}; install them there, e.g. pip install "
+                + " ".join(repr(r) for r in self._missing),
+                Reason.DEPENDENCY_MISSING,
+            )
+        payload = job.get("input")
+        meta = job.get("flashpoint") or {}
+        fn: Callable[..., Any] = self.target
+        if self.is_class:
+            method = payload.pop("method", None) if isinstance(payload, dict) else None
+            if method is None:
+                if len(self.methods) != 1:
+                    raise TypeError(f"this endpoint has several methods ({', '.join(self.methods)}); name one in "
+                                    '"method", e.g. {"method": "%s", ...}' % self.methods[0])  # fmt: skip
+                method = self.methods[0]
+            if method not in self.methods:
+                raise TypeError(f"unknown method {method!r}; methods: {', '.join(self.methods)}")
+            fn = getattr(await self._instance(meta.get("init")), method)
+        args, kwargs = codec.decode_call(payload)
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args, **kwargs)
+        if inspect.isasyncgenfunction(fn):
+            return [chunk async for chunk in fn(*args, **kwargs)]
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+        if inspect.isgenerator(result):
+            return list(result)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+
+def error_body(exc: BaseException, reason: Reason = Reason.USER_ERROR) -> dict[str, Any]:
+    """Runpod's error body: ``error`` is a JSON *string* of the traceback record; flashpoint adds ``reason``."""
+    if isinstance(exc, HandlerError):
+        reason = exc.reason
+    record = {
+        "error_type": f"<class '{type(exc).__qualname__}'>" if type(exc).__module__ == "builtins"
+        else f"<class '{type(exc).__module__}.{type(exc).__qualname__}'>",
+        "error_message": str(exc),
+        "error_traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "hostname": os.environ.get("RUNPOD_POD_HOSTNAME", "unknown"),
+        "worker_id": os.environ.get("RUNPOD_POD_ID", "unknown"),
+        "reason": reason.value,
+    }  # fmt: skip
+    return {"error": json.dumps(record)}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Output tagging
+
+
+class TaggedStream:
+    """Wraps stdout/stderr: each complete line printed while a job runs is prefixed with that job's id."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+        self._partial: dict[str | None, str] = {}
+
+    def write(self, text: str) -> int:
+        job = _current_job.get()
+        buffered = self._partial.pop(job, "") + text
+        *lines, rest = buffered.split("\n")
+        if rest:
+            self._partial[job] = rest
+        prefix = f"{LOG_MARK}{job}\x1f" if job else ""
+        for line in lines:
+            self._inner.write(f"{prefix}{line}\n")
+        if lines:
+            self._inner.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The pull loop
+
+
+@dataclass(frozen=True, slots=True)
+class Urls:
+    """The worker's URL templates, already holding its id (Runpod's substitution rules, runpod-protocol.md §3.3)."""
+
+    take: str
+    done: str
+    stream: str
+    ping: str
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> Urls:
+        worker_id = env["RUNPOD_POD_ID"]
+        return cls(
+            take=env["RUNPOD_WEBHOOK_GET_JOB"].replace("$ID", worker_id),
+            done=env["RUNPOD_WEBHOOK_POST_OUTPUT"].replace("$RUNPOD_POD_ID", worker_id),
+            stream=env.get("RUNPOD_WEBHOOK_POST_STREAM", "").replace("$RUNPOD_POD_ID", worker_id),
+            ping=env.get("RUNPOD_WEBHOOK_PING", "").replace("$RUNPOD_POD_ID", worker_id),
+        )
+
+
+class Runtime:
+    """Runs ``concurrency`` lanes; each lane takes a job, runs it, and posts the result asking for the next one."""
+
+    def __init__(self, handler: Callable[[dict[str, Any]], Any], urls: Urls, api_key: str, *, concurrency: int = 1,
+                 ping_interval_s: float = 10.0, parent_pid: int | None = None) -> None:  # fmt: skip
+        self.handler = handler
+        self.urls = urls
+        self.api_key = api_key
+        self.concurrency = concurrency
+        self.ping_interval_s = ping_interval_s
+        self.parent_pid = parent_pid
+        self.stopping = asyncio.Event()
+        self.running: dict[str, asyncio.Task[Any]] = {}
+        self._waiting: set[asyncio.Task[Any]] = set()
+
+    async def run(self) -> None:
+        import httpx
+
+        limits = httpx.Limits(max_connections=self.concurrency + 4, max_keepalive_connections=self.concurrency + 4)
+        timeout = httpx.Timeout(connect=10.0, read=95.0, write=30.0, pool=30.0)
+        headers = {"Authorization": self.api_key, "Content-Type": "application/json"}
+        async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers) as client:
+            self.client = client
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+            helpers = [asyncio.create_task(self._stop_channel()), asyncio.create_task(self._watch_parent())]
+            if self.urls.ping:
+                helpers.append(asyncio.create_task(self._ping()))
+            try:
+                await asyncio.gather(*(self._lane() for _ in range(self.concurrency)))
+            finally:
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+
+    def stop(self) -> None:
+        """Stop taking jobs; jobs already running finish and post their results."""
+        self.stopping.set()
+        for task in self._waiting:
+            task.cancel()
+
+    async def _poll(self, method: str, url: str, **kwargs: Any) -> Any:
+        """One long-poll (take, or result-plus-take); cancelled at once when the worker stops."""
+        task = asyncio.ensure_future(self.client.request(method, url, **kwargs))
+        self._waiting.add(task)
+        try:
+            return await task
+        finally:
+            self._waiting.discard(task)
+
+    async def _lane(self) -> None:
+        job: dict[str, Any] | None = None
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                if job is None:
+                    response = await self._poll("GET", f"{self.urls.take}&job_in_progress={int(bool(self.running))}")
+                    job = _job_from(response)
+                    failures = 0
+                    continue
+                body = await self._execute(job)
+                job = await self._post_result(job["id"], body, take_next=not self.stopping.is_set())
+                failures = 0
+            except asyncio.CancelledError:
+                if self.stopping.is_set():
+                    return
+                raise
+            except Exception as exc:  # the control plane is unreachable or answered badly: back off, never spin
+                failures += 1
+                log.warning("worker request failed (%s: %s); retrying", type(exc).__name__, exc)
+                if failures > 20:
+                    log.error("control plane unreachable; worker exits")
+                    self.stopping.set()
+                    return
+                await asyncio.sleep(min(0.05 * 2**failures, 2.0))
+
+    async def _execute(self, job: dict[str, Any]) -> dict[str, Any]:
+        job_id = job["id"]
+        token = _current_job.set(job_id)
+        task = asyncio.ensure_future(self._run_handler(job))
+        self.running[job_id] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # the lane itself is being cancelled
+            # stopped through the job-stop channel: like Runpod's worker, post nothing
+            return {}
+        finally:
+            self.running.pop(job_id, None)
+            _current_job.reset(token)
+
+    async def _run_handler(self, job: dict[str, Any]) -> dict[str, Any]:
+        try:
+            output = await self.handler(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the job boundary: everything the handler raises becomes the job's error
+            return error_body(exc)
+        binary_ok = bool((job.get("flashpoint") or {}).get("binary_ok"))
+        try:
+            return {"output": codec.encode_value(output, binary_ok=binary_ok)}
+        except Exception as exc:
+            return error_body(exc, Reason.OUTPUT_NOT_SERIALIZABLE)
+
+    async def _post_result(self, job_id: str, body: dict[str, Any], *, take_next: bool) -> dict[str, Any] | None:
+        if not body:
+            return None
+        url = self.urls.done.replace("$ID", job_id) + "&isStream=false" + ("&take=1" if take_next else "")
+        data = json.dumps(body, ensure_ascii=False).encode()
+        response = await (self._poll if take_next else self.client.request)("POST", url, content=data)
+        response.raise_for_status()
+        return _job_from(response) if take_next else None
+
+    async def _stop_channel(self) -> None:
+        url = self.urls.take.replace("/job-take/", "/job-stop/")
+        while not self.stopping.is_set():
+            try:
+                response = await self.client.get(url)
+            except Exception:
+                await asyncio.sleep(1.0)
+                continue
+            if response.status_code == 200:
+                for job_id in response.json().get("jobsToStop", []):
+                    task = self.running.get(job_id) if isinstance(job_id, str) else None
+                    if task is not None:
+                        log.info("stopping job %s", job_id)
+                        task.cancel()
+            elif response.status_code != 204:
+                await asyncio.sleep(1.0)
+
+    async def _ping(self) -> None:
+        while True:
+            params = {"runpod_version": "flashpoint"}
+            if self.running:
+                params["job_id"] = ",".join(self.running)
+            try:
+                await self.client.get(self.urls.ping, params=params)
+            except Exception as exc:
+                log.debug("ping failed: %s", exc)
+            await asyncio.sleep(self.ping_interval_s)
+
+    async def _watch_parent(self) -> None:
+        # A worker must never outlive the control plane that started it (e.g. after kill -9 of the caller).
+        while self.parent_pid is not None:
+            await asyncio.sleep(1.0)
+            if os.getppid() != self.parent_pid:
+                log.warning("control plane process %s is gone; worker exits", self.parent_pid)
+                self.stop()
+                for task in list(self.running.values()):
+                    task.cancel()
+                return
+
+
+def _job_from(response: Any) -> dict[str, Any] | None:
+    if response.status_code == 204 or not response.content:
+        return None
+    response.raise_for_status()
+    data = response.json()
+    if isinstance(data, dict) and "id" in data and "input" in data:
+        return data
+    return None
+
+
+def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] | None = None) -> None:
+    """Entry point of ``python -m flashpoint.worker``."""
+    env = dict(os.environ if env is None else env)
+    sys.stdout = TaggedStream(sys.stdout)  # type: ignore[assignment]
+    sys.stderr = TaggedStream(sys.stderr)  # type: ignore[assignment]
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the job's own output
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    target = load_target(import_path, pickle_file)
+    dependencies = json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]"))
+    parent = env.get("FLASHPOINT_PARENT_PID")
+    runtime = Runtime(
+        Handler(target, dependencies),
+        Urls.from_env(env),
+        env.get("RUNPOD_AI_API_KEY", ""),
+        concurrency=int(env.get("FLASHPOINT_MAX_CONCURRENCY", "1")),
+        ping_interval_s=max(1.0, int(env.get("RUNPOD_PING_INTERVAL", "10000")) / 1000),
+        parent_pid=int(parent) if parent else None,
+    )
+    try:
+        import uvloop
+
+        uvloop.run(runtime.run())
+    except ImportError:
+        asyncio.run(runtime.run())
