@@ -1,9 +1,9 @@
 """flashpoint: Runpod Flash-style GPU endpoints on your own GPUs.
 
-    from flashpoint import Endpoint, GpuGroup
+from flashpoint import Endpoint, GpuGroup
 
-    @Endpoint(name="inference", gpu=GpuGroup.AMPERE_80)
-    async def infer(data: dict) -> dict: ...
+@Endpoint(name="inference", gpu=GpuGroup.AMPERE_80)
+async def infer(data: dict) -> dict: ...
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def decode_call(payload: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return tuple(data["args"]), dict(data["kwargs"])
     if not isinstance(payload, dict):
         raise TypeError(
-            f"job input must be a JSON object of keyword arguments, e.g. {{\"data\": ...}}; got {type(payload).__name__}"
+            f'job input must be a JSON object of keyword arguments, e.g. {{"data": ...}}; got {type(payload).__name__}'
         )
     return (), dict(payload)
 

@@ -82,7 +82,9 @@ class EndpointSpec:
     def describe_gpu(self) -> str:
         if not self.uses_gpu:
             return f"cpu={self.cpu}"
-        return " > ".join(describe(c) for c in self.candidates) + (f" (x{self.gpu_count})" if self.gpu_count > 1 else "")
+        return " > ".join(describe(c) for c in self.candidates) + (
+            f" (x{self.gpu_count})" if self.gpu_count > 1 else ""
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +182,9 @@ def _build_spec(options: dict[str, Any]) -> EndpointSpec:
         name, "execution_timeout_ms", options.get("execution_timeout_ms", 0), minimum=0,
         example="execution_timeout_ms=600_000 (10 minutes; 0 means no limit)",
     )  # fmt: skip
-    concurrency = _int(name, "max_concurrency", options.get("max_concurrency", 1), minimum=1, example="max_concurrency=4")
+    concurrency = _int(
+        name, "max_concurrency", options.get("max_concurrency", 1), minimum=1, example="max_concurrency=4"
+    )
     env = options.get("env") or {}
     if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise _fail(name, f"env must map strings to strings, e.g. env={{'HF_HOME': '/data'}}; got {env!r}")
@@ -210,9 +214,7 @@ def _build_spec(options: dict[str, Any]) -> EndpointSpec:
 
 def public_methods(cls: type) -> tuple[str, ...]:
     """The callable public methods a class endpoint exposes, in definition order."""
-    return tuple(
-        attr for attr, value in vars(cls).items() if not attr.startswith("_") and inspect.isfunction(value)
-    )
+    return tuple(attr for attr, value in vars(cls).items() if not attr.startswith("_") and inspect.isfunction(value))
 
 
 def _target_for(obj: Any) -> WorkerTarget:

@@ -37,7 +37,12 @@ class Reason:
     holders: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"candidate": self.candidate, "code": self.code.value, "detail": self.detail, "holders": list(self.holders)}
+        return {
+            "candidate": self.candidate,
+            "code": self.code.value,
+            "detail": self.detail,
+            "holders": list(self.holders),
+        }
 
     def __str__(self) -> str:
         return f"{self.candidate}: {self.code.value} ({self.detail})"
@@ -80,7 +85,8 @@ class Explanation:
             endpoint=data["endpoint"],
             summary=data["summary"],
             reasons=tuple(
-                Reason(r["candidate"], Code(r["code"]), r["detail"], tuple(r.get("holders", ()))) for r in data["reasons"]
+                Reason(r["candidate"], Code(r["code"]), r["detail"], tuple(r.get("holders", ())))
+                for r in data["reasons"]
             ),
             never=data["never"],
             job_id=data.get("jobId"),

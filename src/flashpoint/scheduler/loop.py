@@ -175,7 +175,13 @@ class ControlPlane:
         for ep in self.endpoints.values():
             self._release_takers(ep, None)
         for worker in list(self.workers.values()):
+            for job_id in list(worker.jobs):  # async handlers are cancelled through job-stop before SIGTERM
+                job = self.store.get(job_id)
+                if job is not None and job.status is JobStatus.IN_PROGRESS:
+                    self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
+                self._signal_stop(worker, job_id)
             self._mark_stopping(worker)
+        await asyncio.sleep(0)  # let the stop long-polls answer before the signals go out
         await self.backend.close()
         for job in list(self.store.unfinished()):
             self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
@@ -325,7 +331,9 @@ class ControlPlane:
             self.endpoints[endpoint].start_failures = 0
         return worker
 
-    async def take(self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None) -> list[dict[str, Any]]:
+    async def take(
+        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
+    ) -> list[dict[str, Any]]:
         """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop)."""
         ep = self.endpoints.get(endpoint)
         worker = self._worker(endpoint, worker_id)
@@ -388,7 +396,9 @@ class ControlPlane:
     def _job_payload(job: Job) -> dict[str, Any]:
         return {"id": job.id, "input": job.input, **job.extra}
 
-    async def done(self, endpoint: str, worker_id: str, job_id: str, body: Any, *, take_next: bool = False) -> list[dict[str, Any]]:
+    async def done(
+        self, endpoint: str, worker_id: str, job_id: str, body: Any, *, take_next: bool = False
+    ) -> list[dict[str, Any]]:
         """A result (or a progress update) from a worker; idempotent. With ``take_next``, long-poll the next job."""
         worker = self._worker(endpoint, worker_id)
         job = self.store.get(job_id)
@@ -536,7 +546,9 @@ class ControlPlane:
         if self._closing:
             return
         now = time.monotonic()
-        order = sorted(self.endpoints.values(), key=lambda e: (0, self._oldest_wait(e)) if e.queued else (1, e.registered_at))
+        order = sorted(
+            self.endpoints.values(), key=lambda e: (0, self._oldest_wait(e)) if e.queued else (1, e.registered_at)
+        )
         for ep in order:
             self._reconcile_endpoint(ep, now)
 
@@ -589,8 +601,12 @@ class ControlPlane:
 
     def _start_worker(self, ep: EndpointState, devices: tuple[Device, ...], fit: Fit | None) -> None:
         ep.worker_seq += 1
-        worker = Worker(id=f"{ep.spec.name}-w{ep.worker_seq}-{secrets.token_hex(3)}", endpoint=ep.spec.name,
-                        devices=devices, node=devices[0].node if devices else self.node)
+        worker = Worker(
+            id=f"{ep.spec.name}-w{ep.worker_seq}-{secrets.token_hex(3)}",
+            endpoint=ep.spec.name,
+            devices=devices,
+            node=devices[0].node if devices else self.node,
+        )
         self.workers[worker.id] = worker
         ep.workers[worker.id] = worker
         launch = Launch(worker.id, ep.spec.name, self._argv(ep), self._env(ep, worker), devices)
@@ -646,7 +662,7 @@ class ControlPlane:
         endpoint = worker.endpoint if worker else "?"
         job_id = None
         if line.startswith(LOG_MARK):
-            job_id, _, line = line[len(LOG_MARK):].partition("\x1f")
+            job_id, _, line = line[len(LOG_MARK) :].partition("\x1f")
         if worker is not None and stream == "stderr":
             worker.stderr_tail.append(line)
         if job_id:
@@ -740,8 +756,14 @@ class ControlPlane:
             for worker in sorted(live, key=lambda w: w.idle_since):
                 if len(live) <= ep.spec.workers_min:
                     break
-                if worker.state is WorkerState.IDLE and not worker.jobs and now - worker.idle_since >= ep.spec.idle_timeout_s:
-                    log.info("worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.name, now - worker.idle_since)
+                if (
+                    worker.state is WorkerState.IDLE
+                    and not worker.jobs
+                    and now - worker.idle_since >= ep.spec.idle_timeout_s
+                ):
+                    log.info(
+                        "worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.name, now - worker.idle_since
+                    )
                     self._stop_worker(worker)
                     live.remove(worker)
         self.reconcile()
@@ -850,4 +872,3 @@ def _parse_error(error: Any) -> tuple[JobError, Reason]:
                 reason = Reason.USER_ERROR
             return JobError(kind, str(record["error_message"]), str(record.get("error_traceback", ""))), reason
     return JobError("Error", error if isinstance(error, str) else json.dumps(error)), Reason.USER_ERROR
-

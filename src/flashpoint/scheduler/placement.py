@@ -70,14 +70,22 @@ def place(candidates: Sequence[Candidate], gpu_count: int, inventory: Inventory)
                 Reason(name, Code.NOT_IN_FLEET, f"no node has {gpu_count} x {name} (the most on one node is {largest})")
             )
             continue
-        fit = _fit_free(candidate, groups, gpu_count, inventory) or _fit_reclaim(candidate, groups, gpu_count, inventory)
+        fit = _fit_free(candidate, groups, gpu_count, inventory) or _fit_reclaim(
+            candidate, groups, gpu_count, inventory
+        )
         if fit is not None:
             return fit
-        holders = sorted({h.endpoint for d in inventory.devices if _matches(candidate, d) for h in [inventory.holder(d)] if h})
+        holders = sorted(
+            {h.endpoint for d in inventory.devices if _matches(candidate, d) for h in [inventory.holder(d)] if h}
+        )
         free = sum(1 for group in groups.values() for d in group if inventory.is_free(d))
         reasons.append(
-            Reason(name, Code.BUSY, f"{free} free on one node at most, need {gpu_count}; held by {', '.join(holders)}",
-                   tuple(holders))
+            Reason(
+                name,
+                Code.BUSY,
+                f"{free} free on one node at most, need {gpu_count}; held by {', '.join(holders)}",
+                tuple(holders),
+            )
             if free
             else Reason(name, Code.BUSY, f"all held by {', '.join(holders)}", tuple(holders))
         )

@@ -94,7 +94,9 @@ class Handler:
         self.target = target
         self.is_class = inspect.isclass(target)
         self.methods = (
-            [n for n, v in vars(target).items() if not n.startswith("_") and inspect.isfunction(v)] if self.is_class else []
+            [n for n, v in vars(target).items() if not n.startswith("_") and inspect.isfunction(v)]
+            if self.is_class
+            else []
         )
         self._instances: dict[str, Any] = {}
         self._missing = missing_dependencies(dependencies or [])
@@ -380,8 +382,8 @@ def _job_from(response: Any) -> dict[str, Any] | None:
 def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] | None = None) -> None:
     """Entry point of ``python -m flashpoint.worker``."""
     env = dict(os.environ if env is None else env)
-    sys.stdout = TaggedStream(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = TaggedStream(sys.stderr)  # type: ignore[assignment]
+    sys.stdout = TaggedStream(sys.stdout)
+    sys.stderr = TaggedStream(sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the job's own output
     logging.getLogger("httpcore").setLevel(logging.WARNING)

@@ -1,0 +1,425 @@
+"""End to end on the embedded plane: real worker processes pulling over HTTP on loopback; simulated GPUs only."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from flashpoint import Endpoint, GpuGroup, GpuType, JobCancelledError, JobFailedError, JobTimeoutError
+
+from tests.conftest import eventually, held_devices, snapshot
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def gate_file(tmp_path: Path, name: str) -> str:
+    return str(tmp_path / f"gate-{name}")
+
+
+def open_gate(path: str) -> None:
+    Path(path).touch()
+
+
+async def test_call_returns_output_and_records_placement(make_plane) -> None:
+    make_plane("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
+
+    @Endpoint(name="inference", gpu=GpuGroup.AMPERE_80, env={"GREETING": "hi"})
+    async def infer(data: dict) -> dict:
+        import os
+
+        keys = ("CUDA_VISIBLE_DEVICES", "FLASHPOINT_GPU_MODEL", "FLASHPOINT_GPU_SIMULATED", "FLASHPOINT_ENDPOINT",
+                "FLASHPOINT_WORKER_ID", "GREETING")  # fmt: skip
+        return {"echo": data, "env": {k: os.environ.get(k) for k in keys}}
+
+    out = await infer({"x": 1})
+    assert out["echo"] == {"x": 1}
+    env = out["env"]
+    # fleet order: H200 is device 0, the two A100 PCIe are 1 and 2; AMPERE_80 lists PCIe first
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["FLASHPOINT_GPU_MODEL"] == "NVIDIA A100 80GB PCIe"
+    assert env["FLASHPOINT_GPU_SIMULATED"] == "1"
+    assert env["FLASHPOINT_ENDPOINT"] == "inference"
+    assert env["FLASHPOINT_WORKER_ID"].startswith("inference-")
+    assert env["GREETING"] == "hi"
+
+    job = await infer.run({"x": 2})
+    assert await job.status() in ("IN_QUEUE", "IN_PROGRESS", "COMPLETED")
+    assert await job.wait(timeout=30) == "COMPLETED"
+    assert job.output["echo"] == {"x": 2}
+    view = job.view
+    assert view.placement is not None
+    assert (view.placement.node, view.placement.gpu_model, view.placement.device_ids, view.placement.simulated) == (
+        "node-a", "NVIDIA A100 80GB PCIe", (1,), True,
+    )  # fmt: skip
+    assert view.worker_id == env["FLASHPOINT_WORKER_ID"]
+    assert view.delay_time_ms is not None and view.execution_time_ms is not None
+    assert view.reason is not None and view.reason.value == "completed"
+
+
+async def test_new_job_first_status_is_in_queue(make_plane) -> None:
+    make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
+    async def never(data: dict) -> dict:
+        return data
+
+    job = await never.run({"x": 1})
+    assert await job.status() == "IN_QUEUE"
+    await job.cancel()
+
+
+async def test_fallback_keeps_declared_order(make_plane, tmp_path: Path) -> None:
+    plane = make_plane("NVIDIA_A100_80GB_PCIe:1,NVIDIA_H200:1")
+
+    # H200 is declared first although the A100 comes first in the fleet and in the catalog
+    @Endpoint(name="fallback", gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80], workers=(0, 2), idle_timeout=0,
+              scaler_type="REQUEST_COUNT", scaler_value=1)  # fmt: skip
+    async def held(gate: str) -> str:
+        import asyncio
+        import os
+
+        while not os.path.exists(gate):
+            await asyncio.sleep(0.01)
+        return os.environ["FLASHPOINT_GPU_MODEL"]
+
+    gates = [gate_file(tmp_path, str(i)) for i in range(3)]
+    first = await held.run(gates[0])
+    await eventually(lambda: [w for w in snapshot(plane, "fallback")["workers"] if w["jobs"]], what="first job taken")
+    second = await held.run(gates[1])
+    running = lambda: sum(len(w["jobs"]) for w in snapshot(plane, "fallback")["workers"])  # noqa: E731
+    await eventually(lambda: running() == 2, what="second job running on a second worker")
+
+    open_gate(gates[0])
+    assert await first.result(timeout=30) == "NVIDIA H200"
+    # idle_timeout=0: the first worker stops, its H200 returns to the fleet
+    await eventually(lambda: [d["model"] for d in held_devices(plane)] == ["NVIDIA A100 80GB PCIe"], what="H200 freed")
+    third = await held.run(gates[2])
+    await eventually(lambda: running() == 2, what="third job running on a third worker")
+    open_gate(gates[1])
+    open_gate(gates[2])
+    assert await second.result(timeout=30) == "NVIDIA A100 80GB PCIe"
+    assert await third.result(timeout=30) == "NVIDIA H200"
+
+
+async def test_any_takes_the_first_available_device(make_plane) -> None:
+    make_plane("NVIDIA L40S:1")
+
+    @Endpoint(name="dev")  # gpu defaults to GpuGroup.ANY
+    async def dev(data: dict) -> str:
+        import os
+
+        return os.environ["FLASHPOINT_GPU_MODEL"]
+
+    assert await dev({}) == "NVIDIA L40S"
+
+
+async def test_gpu_count_needs_devices_of_one_model_on_one_node(make_plane) -> None:
+    make_plane("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
+
+    @Endpoint(name="pair", gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80], gpu_count=2)
+    async def pair(data: dict) -> str:
+        import os
+
+        return os.environ["CUDA_VISIBLE_DEVICES"]
+
+    job = await pair.run({})
+    assert await job.result(timeout=30) == "1,2"
+    assert job.view.placement is not None and job.view.placement.device_ids == (1, 2)
+
+
+async def test_impossible_request_warns_at_once_and_waits_in_queue(make_plane, caplog) -> None:
+    make_plane("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
+    caplog.set_level(logging.WARNING, logger="flashpoint.plane")
+
+    @Endpoint(name="too-big", gpu=GpuGroup.AMPERE_80, gpu_count=4)
+    async def big(data: dict) -> dict:
+        return data
+
+    job = await big.run({"x": 1})
+    warnings = [r.getMessage() for r in caplog.records if r.name == "flashpoint.plane"]
+    assert len(warnings) == 1
+    assert "no node of this fleet can ever provide" in warnings[0]
+    assert "2 x NVIDIA A100 80GB PCIe" in warnings[0]  # names what the fleet has
+    assert "fallback" in warnings[0]  # and suggests one
+    explanation = await job.explain()
+    assert explanation.never is True
+    assert explanation.position == 1
+    assert [r.code.value for r in explanation.reasons] == ["not_in_fleet", "not_in_fleet"]
+    assert "most on one node is 2" in explanation.reasons[0].detail
+    assert await job.status() == "IN_QUEUE"
+    assert await job.cancel() == "CANCELLED"
+    with pytest.raises(JobCancelledError):
+        await job.result(timeout=5)
+
+
+async def test_max_workers_caps_concurrency_and_is_explained(make_plane, tmp_path: Path) -> None:
+    plane = make_plane("NVIDIA_A100_80GB_PCIe:4")
+
+    @Endpoint(name="capped", gpu=GpuGroup.AMPERE_80, workers=(0, 2), scaler_type="REQUEST_COUNT", scaler_value=1)
+    async def held(gate: str) -> int:
+        import asyncio
+        import os
+
+        while not os.path.exists(gate):
+            await asyncio.sleep(0.01)
+        return 1
+
+    gate = gate_file(tmp_path, "cap")
+    jobs = [await held.run(gate) for _ in range(4)]
+    await eventually(lambda: sum(len(w["jobs"]) for w in snapshot(plane, "capped")["workers"]) == 2, what="2 running")
+    statuses = [await job.status() for job in jobs]
+    assert statuses.count("IN_PROGRESS") == 2 and statuses.count("IN_QUEUE") == 2
+    assert len(held_devices(plane)) == 2  # never more than gpu_count x workers_max
+    explanation = await jobs[3].explain()
+    assert explanation.position == 2
+    assert "max_workers" in [r.code.value for r in explanation.reasons]
+    open_gate(gate)
+    assert [await job.result(timeout=30) for job in jobs] == [1, 1, 1, 1]
+
+
+async def test_queued_until_devices_free_then_runs_and_idle_worker_yields(make_plane, tmp_path: Path) -> None:
+    plane = make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="owner", gpu=GpuType.NVIDIA_H200, idle_timeout=600)
+    async def owner(gate: str) -> str:
+        import asyncio
+        import os
+
+        while not os.path.exists(gate):
+            await asyncio.sleep(0.01)
+        return "owner done"
+
+    @Endpoint(name="waiter", gpu=GpuType.NVIDIA_H200)
+    async def waiter(data: dict) -> str:
+        import os
+
+        return os.environ["FLASHPOINT_ENDPOINT"]
+
+    gate = gate_file(tmp_path, "owner")
+    running = await owner.run(gate)
+    await eventually(lambda: [w for w in snapshot(plane, "owner")["workers"] if w["jobs"]], what="owner running")
+    queued = await waiter.run({})
+    explanation = await queued.explain()
+    assert await queued.status() == "IN_QUEUE"
+    assert explanation.never is False
+    assert [(r.code.value, r.holders) for r in explanation.reasons] == [("busy", ("owner",))]
+
+    open_gate(gate)
+    assert await running.result(timeout=30) == "owner done"
+    # owner's worker is idle and above its minimum (0): it yields the H200 at once, not after idle_timeout=600
+    assert await queued.result(timeout=30) == "waiter"
+    assert snapshot(plane, "owner")["workers"] == []
+
+
+async def test_cancel_in_progress_stops_the_handler_and_worker_stays_usable(make_plane, tmp_path: Path) -> None:
+    plane = make_plane("NVIDIA_H200:1")
+    marker = tmp_path / "cancelled"
+
+    @Endpoint(name="cancel-me", gpu=GpuType.NVIDIA_H200)
+    async def slow(seconds: float, marker: str) -> str:
+        import asyncio
+        import os
+
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            open(marker, "w").close()
+            raise
+        return os.environ["FLASHPOINT_WORKER_ID"]
+
+    job = await slow.run(60, str(marker))
+    await eventually(lambda: [w for w in snapshot(plane, "cancel-me")["workers"] if w["jobs"]], what="job running")
+    assert await job.cancel() == "CANCELLED"
+    await eventually(marker.exists, what="the handler to receive CancelledError")
+    assert job.error is not None and job.error.status == "CANCELLED"
+    worker = await slow(0, str(marker))
+    assert worker == job.view.worker_id  # the same worker took the next job
+
+
+async def test_execution_timeout_ends_job_and_replaces_worker(make_plane) -> None:
+    make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="slowpoke", gpu=GpuType.NVIDIA_H200, execution_timeout_ms=500)
+    def stuck(seconds: float) -> str:  # a sync handler: it cannot be interrupted, so the worker must go
+        import os
+        import time
+
+        time.sleep(seconds)
+        return os.environ["FLASHPOINT_WORKER_ID"]
+
+    job = await stuck.run(60)
+    assert await job.wait(timeout=30) == "TIMED_OUT"
+    assert job.view.reason is not None and job.view.reason.value == "execution_timeout"
+    with pytest.raises(JobTimeoutError):
+        await job.result(timeout=1)
+    replacement = await stuck(0)
+    assert replacement != job.view.worker_id
+
+
+async def test_worker_crash_is_retried_once_on_a_new_worker(make_plane, tmp_path: Path) -> None:
+    plane = make_plane("NVIDIA_H200:1")
+    marker = tmp_path / "crashed-once"
+
+    @Endpoint(name="crashy", gpu=GpuType.NVIDIA_H200)
+    async def crash_once(marker: str) -> str:
+        import os
+
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(3)
+        return os.environ["FLASHPOINT_WORKER_ID"]
+
+    job = await crash_once.run(str(marker))
+    worker = await job.result(timeout=60)
+    assert job.view.retries == 1
+    assert job.view.worker_id == worker
+    explanation_workers = snapshot(plane, "crashy")["workers"]
+    assert [w["id"] for w in explanation_workers] == [worker]  # the crashed worker is gone, a new one ran the retry
+
+
+async def test_worker_lost_twice_fails_with_worker_lost_and_devices_return(make_plane) -> None:
+    plane = make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="doomed", gpu=GpuType.NVIDIA_H200)
+    async def always_crash(data: dict) -> None:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    job = await always_crash.run({})
+    assert await job.wait(timeout=60) == "FAILED"
+    assert job.view.reason is not None and job.view.reason.value == "worker_lost"
+    assert job.view.retries == 1
+    await eventually(lambda: held_devices(plane) == [], what="devices back in the fleet")
+
+
+async def test_remote_exception_carries_type_message_and_traceback(make_plane) -> None:
+    make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="boom", gpu=GpuType.NVIDIA_H200)
+    async def explode(data: dict) -> None:
+        raise ValueError(f"bad input {data['x']}")
+
+    with pytest.raises(JobFailedError) as caught:
+        await explode({"x": 7})
+    error = caught.value
+    assert error.remote_type == "ValueError"
+    assert error.remote_message == "bad input 7"
+    assert error.remote_traceback is not None and "in explode" in error.remote_traceback
+    assert error.reason == "user_error"
+
+
+async def test_class_endpoint_is_instantiated_once_and_keeps_state(make_plane) -> None:
+    make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="model", gpu=GpuGroup.HOPPER_141)
+    class Counter:
+        def __init__(self, start: int = 0) -> None:
+            self.count = start
+
+        async def bump(self, by: int) -> int:
+            self.count += by
+            return self.count
+
+        def peek(self) -> int:
+            return self.count
+
+    model = Counter(10)
+    assert await model.bump(1) == 11
+    assert await model.bump(2) == 13
+    assert await model.peek() == 13
+    other = Counter(100)  # other constructor arguments: another instance on the same warm worker
+    assert await other.bump(1) == 101
+    assert await model.peek() == 13
+
+
+async def test_max_concurrency_runs_async_handlers_together(make_plane, tmp_path: Path) -> None:
+    make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="together", gpu=GpuType.NVIDIA_H200, max_concurrency=2)
+    async def meet(me: str, other: str) -> str:
+        import asyncio
+        import os
+
+        open(me, "w").close()
+        while not os.path.exists(other):  # only finishes if the other job runs at the same time
+            await asyncio.sleep(0.01)
+        return os.environ["FLASHPOINT_WORKER_ID"]
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    job_a = await meet.run(a, b)
+    job_b = await meet.run(b, a)
+    assert await job_a.result(timeout=30) == await job_b.result(timeout=30)  # one worker ran both at once
+
+
+async def test_missing_dependency_fails_the_job_naming_it(make_plane) -> None:
+    make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="deps", gpu=GpuType.NVIDIA_H200, dependencies=["surely-not-installed-flashpoint-dep>=1"])
+    async def needs(data: dict) -> dict:
+        return data
+
+    with pytest.raises(JobFailedError) as caught:
+        await needs({})
+    assert caught.value.reason == "dependency_missing"
+    assert "surely-not-installed-flashpoint-dep>=1" in str(caught.value)
+
+
+async def test_cpu_endpoint_runs_without_gpus(make_plane) -> None:
+    plane = make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="cpu-only", cpu="cpu3c-1-2")
+    def where(data: dict) -> dict:
+        import os
+
+        return {"visible": os.environ["CUDA_VISIBLE_DEVICES"], "model": os.environ["FLASHPOINT_GPU_MODEL"]}
+
+    job = await where.run({})
+    assert await job.result(timeout=30) == {"visible": "", "model": ""}
+    assert job.view.placement is not None and job.view.placement.gpu_model is None
+    assert held_devices(plane) == []
+
+
+async def test_worker_output_reaches_caller_log_and_job(make_plane, caplog) -> None:
+    make_plane("NVIDIA_H200:1")
+    caplog.set_level(logging.INFO, logger="flashpoint.worker")
+
+    @Endpoint(name="chatty", gpu=GpuType.NVIDIA_H200)
+    async def chatty(word: str) -> None:
+        import sys
+
+        print(f"said {word}")
+        print(f"warned {word}", file=sys.stderr)
+
+    job = await chatty.run("hello")
+    await job.result(timeout=30)
+    # stdout and stderr are two pipes: their lines arrive in either order, possibly just after the result
+    expected = sorted([f"[chatty job={job.id}] said hello", f"[chatty job={job.id}] warned hello"])
+    await eventually(lambda: sorted(_logs(caplog, job.id)) == expected, what="tagged log lines")
+    await job.status()
+    assert sorted(job.view.logs) == ["said hello", "warned hello"]
+
+
+def _logs(caplog, job_id: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "flashpoint.worker" and job_id in r.getMessage()]
+
+
+async def test_min_workers_kept_warm_and_scale_to_zero_after_idle(make_plane) -> None:
+    plane = make_plane("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:1")
+
+    @Endpoint(name="warm", gpu=GpuType.NVIDIA_H200, workers=(1, 1))
+    async def warm(data: dict) -> str:
+        return "warm"
+
+    @Endpoint(name="cold", gpu=GpuGroup.AMPERE_80, idle_timeout=0.3)
+    async def cold(data: dict) -> str:
+        return "cold"
+
+    assert await warm({}) == "warm"
+    assert await cold({}) == "cold"
+    await eventually(lambda: snapshot(plane, "cold")["workers"] == [], what="cold endpoint to scale to zero")
+    states = [w["state"] for w in snapshot(plane, "warm")["workers"]]
+    assert states == ["IDLE"]  # the minimum stays, idle
