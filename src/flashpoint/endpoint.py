@@ -10,6 +10,7 @@ import asyncio
 import difflib
 import functools
 import inspect
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,21 @@ T = TypeVar("T")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _OPTIONS = (
-    "name", "id", "gpu", "cpu", "gpu_count", "workers", "idle_timeout", "execution_timeout_ms", "max_concurrency",
-    "env", "dependencies", "system_dependencies", "scaler_type", "scaler_value",
-)  # fmt: skip
+    "name",
+    "id",
+    "gpu",
+    "cpu",
+    "gpu_count",
+    "workers",
+    "idle_timeout",
+    "execution_timeout_ms",
+    "max_concurrency",
+    "env",
+    "dependencies",
+    "system_dependencies",
+    "scaler_type",
+    "scaler_value",
+)
 
 
 class ServerlessScalerType(str, Enum):
@@ -176,16 +189,20 @@ def _build_spec(options: dict[str, Any]) -> EndpointSpec:
         raise _fail(name, "gpu_count needs a GPU endpoint; drop gpu_count or replace cpu=... with gpu=...")
     low, high = _workers(name, options.get("workers", (0, 1)))
     idle = options.get("idle_timeout", 60)
-    if isinstance(idle, bool) or not isinstance(idle, int | float) or idle < 0:
+    if isinstance(idle, bool) or not isinstance(idle, int | float) or not math.isfinite(idle) or idle < 0:
         raise _fail(name, f"idle_timeout must be seconds >= 0, got {idle!r}; e.g. idle_timeout=60")
     timeout_ms = _int(
-        name, "execution_timeout_ms", options.get("execution_timeout_ms", 0), minimum=0,
+        name,
+        "execution_timeout_ms",
+        options.get("execution_timeout_ms", 0),
+        minimum=0,
         example="execution_timeout_ms=600_000 (10 minutes; 0 means no limit)",
-    )  # fmt: skip
+    )
     concurrency = _int(
         name, "max_concurrency", options.get("max_concurrency", 1), minimum=1, example="max_concurrency=4"
     )
-    env = options.get("env") or {}
+    env = options.get("env")
+    env = {} if env is None else env
     if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise _fail(name, f"env must map strings to strings, e.g. env={{'HF_HOME': '/data'}}; got {env!r}")
     scaler = options.get("scaler_type", ServerlessScalerType.QUEUE_DELAY)
@@ -285,8 +302,11 @@ class Endpoint:
         if inspect.isclass(target):
             methods = public_methods(target)
             if not methods:
-                raise _fail(self.spec.name, f"class {target.__name__} has no public method to call; add e.g. "
-                            "`async def predict(self, data): ...`")  # fmt: skip
+                raise _fail(
+                    self.spec.name,
+                    f"class {target.__name__} has no public method to call; add e.g. "
+                    "`async def predict(self, data): ...`",
+                )
             spec = _replace(self.spec, kind="class", methods=methods)
             return EndpointClass(spec, target)
         if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):

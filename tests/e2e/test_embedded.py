@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from flashpoint import Endpoint, GpuGroup, GpuType, JobCancelledError, JobFailedError, JobTimeoutError
-
 from tests.conftest import eventually, held_devices, snapshot
 
 pytestmark = pytest.mark.timeout(90)
@@ -29,8 +28,14 @@ async def test_call_returns_output_and_records_placement(make_plane) -> None:
     async def infer(data: dict) -> dict:
         import os
 
-        keys = ("CUDA_VISIBLE_DEVICES", "FLASHPOINT_GPU_MODEL", "FLASHPOINT_GPU_SIMULATED", "FLASHPOINT_ENDPOINT",
-                "FLASHPOINT_WORKER_ID", "GREETING")  # fmt: skip
+        keys = (
+            "CUDA_VISIBLE_DEVICES",
+            "FLASHPOINT_GPU_MODEL",
+            "FLASHPOINT_GPU_SIMULATED",
+            "FLASHPOINT_ENDPOINT",
+            "FLASHPOINT_WORKER_ID",
+            "GREETING",
+        )
         return {"echo": data, "env": {k: os.environ.get(k) for k in keys}}
 
     out = await infer({"x": 1})
@@ -51,8 +56,11 @@ async def test_call_returns_output_and_records_placement(make_plane) -> None:
     view = job.view
     assert view.placement is not None
     assert (view.placement.node, view.placement.gpu_model, view.placement.device_ids, view.placement.simulated) == (
-        "node-a", "NVIDIA A100 80GB PCIe", (1,), True,
-    )  # fmt: skip
+        "node-a",
+        "NVIDIA A100 80GB PCIe",
+        (1,),
+        True,
+    )
     assert view.worker_id == env["FLASHPOINT_WORKER_ID"]
     assert view.delay_time_ms is not None and view.execution_time_ms is not None
     assert view.reason is not None and view.reason.value == "completed"
@@ -74,8 +82,14 @@ async def test_fallback_keeps_declared_order(make_plane, tmp_path: Path) -> None
     plane = make_plane("NVIDIA_A100_80GB_PCIe:1,NVIDIA_H200:1")
 
     # H200 is declared first although the A100 comes first in the fleet and in the catalog
-    @Endpoint(name="fallback", gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80], workers=(0, 2), idle_timeout=0,
-              scaler_type="REQUEST_COUNT", scaler_value=1)  # fmt: skip
+    @Endpoint(
+        name="fallback",
+        gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80],
+        workers=(0, 2),
+        idle_timeout=0,
+        scaler_type="REQUEST_COUNT",
+        scaler_value=1,
+    )
     async def held(gate: str) -> str:
         import asyncio
         import os

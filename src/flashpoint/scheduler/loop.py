@@ -265,8 +265,14 @@ class ControlPlane:
             raise NotFoundError(f"no job with id {job_id!r}")
         return job
 
-    def submit(self, endpoint: str, payload: Any, extra: dict[str, Any] | None = None, *,
-               execution_timeout_ms: int | None = None) -> Job:  # fmt: skip
+    def submit(
+        self,
+        endpoint: str,
+        payload: Any,
+        extra: dict[str, Any] | None = None,
+        *,
+        execution_timeout_ms: int | None = None,
+    ) -> Job:
         ep = self.endpoint(endpoint)
         job = Job(
             id=f"{secrets.token_hex(12)}-fp",
@@ -484,8 +490,12 @@ class ControlPlane:
         if error is not None:
             job.error = error
         if status is JobStatus.CANCELLED and job.error is None:
-            job.error = JobError("Cancelled", "cancelled before it finished" if reason is Reason.CANCELLED
-                                 else "the control plane shut down before the job finished")  # fmt: skip
+            job.error = JobError(
+                "Cancelled",
+                "cancelled before it finished"
+                if reason is Reason.CANCELLED
+                else "the control plane shut down before the job finished",
+            )
         ep = self.endpoints.get(job.endpoint)
         if ep is not None:
             if status is JobStatus.COMPLETED:
@@ -558,10 +568,26 @@ class ControlPlane:
         want = self._desired(ep, now)
         live = ep.live_workers()
         while len(live) < want:
+            if len(ep.workers) >= spec.workers_max:
+                # workers on their way out still hold devices: an endpoint never holds more than gpu_count x max
+                waiting.append(
+                    WaitReason(
+                        spec.describe_gpu(),
+                        Code.MAX_WORKERS,
+                        f"{len(ep.workers) - len(live)} worker(s) of this endpoint are stopping; "
+                        f"at most {spec.workers_max} may hold devices at once",
+                    )
+                )
+                break
             if ep.next_start_at > now:
-                waiting.append(WaitReason(spec.describe_gpu(), Code.START_BACKOFF,
-                                          f"{ep.start_failures} worker start(s) failed; next attempt in "
-                                          f"{ep.next_start_at - now:.1f}s; last error: {ep.last_start_error or '?'}"))  # fmt: skip
+                waiting.append(
+                    WaitReason(
+                        spec.describe_gpu(),
+                        Code.START_BACKOFF,
+                        f"{ep.start_failures} worker start(s) failed; next attempt in "
+                        f"{ep.next_start_at - now:.1f}s; last error: {ep.last_start_error or '?'}",
+                    )
+                )
                 break
             if not spec.uses_gpu:
                 self._start_worker(ep, (), None)
@@ -575,28 +601,47 @@ class ControlPlane:
                 for holder in result.reclaim:
                     worker = self.workers.get(holder.worker_id)
                     if worker is not None:
-                        log.info("worker %s of %s is idle: yielding its devices to %s", worker.id, worker.endpoint,
-                                 spec.name)  # fmt: skip
+                        log.info(
+                            "worker %s of %s is idle: yielding its devices to %s", worker.id, worker.endpoint, spec.name
+                        )
                         self._stop_worker(worker)
-                waiting.append(WaitReason(describe(result.candidate), Code.BUSY,
-                                          "idle workers of other endpoints are giving their devices up for this one",
-                                          tuple(sorted({h.endpoint for h in result.reclaim}))))  # fmt: skip
+                waiting.append(
+                    WaitReason(
+                        describe(result.candidate),
+                        Code.BUSY,
+                        "idle workers of other endpoints are giving their devices up for this one",
+                        tuple(sorted({h.endpoint for h in result.reclaim})),
+                    )
+                )
                 break
             self._start_worker(ep, result.devices, result)
             live = ep.live_workers()
         if ep.queued and len(live) >= spec.workers_max and not waiting:
             busy = all(w.jobs or w.state is WorkerState.STARTING for w in live)
             if busy:
-                waiting.append(WaitReason(spec.describe_gpu(), Code.MAX_WORKERS,
-                                          f"all {spec.workers_max} worker(s) allowed are busy; raise workers= to run "
-                                          "more at once"))  # fmt: skip
+                waiting.append(
+                    WaitReason(
+                        spec.describe_gpu(),
+                        Code.MAX_WORKERS,
+                        f"all {spec.workers_max} worker(s) allowed are busy; raise workers= to run more at once",
+                    )
+                )
         if ep.queued and not waiting:
             if any(w.state is WorkerState.STARTING for w in live):
                 waiting.append(WaitReason(spec.describe_gpu(), Code.WORKER_STARTING, "a worker is starting"))
             elif live and all(w.jobs for w in live):
-                waiting.append(WaitReason(spec.describe_gpu(), Code.SCALER,
-                                          f"workers are busy; {spec.scaler_type.value} adds one after "
-                                          f"{spec.scaler_value}{'s' if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY else ' jobs per worker'}"))  # fmt: skip
+                waiting.append(
+                    WaitReason(
+                        spec.describe_gpu(),
+                        Code.SCALER,
+                        f"workers are busy; {spec.scaler_type.value} adds one after {spec.scaler_value}"
+                        + (
+                            "s of queueing"
+                            if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY
+                            else " jobs per worker"
+                        ),
+                    )
+                )
         ep.waiting = tuple(waiting)
 
     def _start_worker(self, ep: EndpointState, devices: tuple[Device, ...], fit: Fit | None) -> None:
@@ -610,8 +655,12 @@ class ControlPlane:
         self.workers[worker.id] = worker
         ep.workers[worker.id] = worker
         launch = Launch(worker.id, ep.spec.name, self._argv(ep), self._env(ep, worker), devices)
-        log.info("starting worker %s for %s on %s", worker.id, ep.spec.name,
-                 f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}" if devices else "cpu")  # fmt: skip
+        log.info(
+            "starting worker %s for %s on %s",
+            worker.id,
+            ep.spec.name,
+            f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}" if devices else "cpu",
+        )
         asyncio.get_running_loop().create_task(self._launch(worker, launch))
 
     async def _launch(self, worker: Worker, launch: Launch) -> None:
@@ -635,24 +684,26 @@ class ControlPlane:
         gpu = (worker.placement().gpu_model or "cpu").replace(" ", "-")
         env = dict(self.worker_env)
         env.update(ep.spec.env)
-        env.update({
-            "CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in worker.devices),
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's order, which is the order device indices come from
-            "FLASHPOINT_GPU_MODEL": worker.placement().gpu_model or "",
-            "FLASHPOINT_GPU_SIMULATED": "1" if any(d.simulated for d in worker.devices) else "0",
-            "FLASHPOINT_ENDPOINT": name,
-            "FLASHPOINT_WORKER_ID": worker.id,
-            "FLASHPOINT_MAX_CONCURRENCY": str(ep.spec.max_concurrency),
-            "FLASHPOINT_DEPENDENCIES": json.dumps(list(ep.spec.dependencies)),
-            "RUNPOD_WEBHOOK_GET_JOB": f"{base}/v2/{name}/job-take/$ID?gpu={gpu}",
-            "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/v2/{name}/job-done/$RUNPOD_POD_ID/$ID?gpu={gpu}",
-            "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/v2/{name}/job-stream/$RUNPOD_POD_ID/$ID?gpu={gpu}",
-            "RUNPOD_WEBHOOK_PING": f"{base}/v2/{name}/ping/$RUNPOD_POD_ID?gpu={gpu}",
-            "RUNPOD_POD_ID": worker.id,
-            "RUNPOD_AI_API_KEY": self.worker_key,
-            "RUNPOD_PING_INTERVAL": "10000",
-            "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
-        })  # fmt: skip
+        env.update(
+            {
+                "CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in worker.devices),
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's order, which is the order device indices come from
+                "FLASHPOINT_GPU_MODEL": worker.placement().gpu_model or "",
+                "FLASHPOINT_GPU_SIMULATED": "1" if any(d.simulated for d in worker.devices) else "0",
+                "FLASHPOINT_ENDPOINT": name,
+                "FLASHPOINT_WORKER_ID": worker.id,
+                "FLASHPOINT_MAX_CONCURRENCY": str(ep.spec.max_concurrency),
+                "FLASHPOINT_DEPENDENCIES": json.dumps(list(ep.spec.dependencies)),
+                "RUNPOD_WEBHOOK_GET_JOB": f"{base}/v2/{name}/job-take/$ID?gpu={gpu}",
+                "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/v2/{name}/job-done/$RUNPOD_POD_ID/$ID?gpu={gpu}",
+                "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/v2/{name}/job-stream/$RUNPOD_POD_ID/$ID?gpu={gpu}",
+                "RUNPOD_WEBHOOK_PING": f"{base}/v2/{name}/ping/$RUNPOD_POD_ID?gpu={gpu}",
+                "RUNPOD_POD_ID": worker.id,
+                "RUNPOD_AI_API_KEY": self.worker_key,
+                "RUNPOD_PING_INTERVAL": "10000",
+                "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
+            }
+        )
         if self.parent_pid is not None:
             env["FLASHPOINT_PARENT_PID"] = str(self.parent_pid)
         return env
@@ -693,9 +744,16 @@ class ControlPlane:
                 self.store.update(job)
                 self._enqueue(ep, job, front=True)
             else:
-                self._finish(job, JobStatus.FAILED, Reason.WORKER_LOST,
-                             JobError("WorkerLost", f"worker {worker_id} exited with code {code} while running the "
-                                      f"job, which had already been retried {job.retries} time(s)"))  # fmt: skip
+                self._finish(
+                    job,
+                    JobStatus.FAILED,
+                    Reason.WORKER_LOST,
+                    JobError(
+                        "WorkerLost",
+                        f"worker {worker_id} exited with code {code} while running the "
+                        f"job, which had already been retried {job.retries} time(s)",
+                    ),
+                )
         if not worker.ever_ready and not expected and not self._closing:
             self._start_failed(ep, worker, code)
         elif not expected:
@@ -707,11 +765,21 @@ class ControlPlane:
         ep.last_start_error = "\n".join(worker.stderr_tail)[-2000:] or f"exit code {code}"
         delay = min(0.5 * 2 ** (ep.start_failures - 1), 30.0)
         ep.next_start_at = time.monotonic() + delay
-        log.error("worker %s of %s exited with code %s before taking a job (attempt %d of %d):\n%s", worker.id,
-                  ep.spec.name, code, ep.start_failures, MAX_START_ATTEMPTS, ep.last_start_error)  # fmt: skip
+        log.error(
+            "worker %s of %s exited with code %s before taking a job (attempt %d of %d):\n%s",
+            worker.id,
+            ep.spec.name,
+            code,
+            ep.start_failures,
+            MAX_START_ATTEMPTS,
+            ep.last_start_error,
+        )
         if ep.start_failures >= MAX_START_ATTEMPTS:
-            error = JobError("WorkerStartFailed", f"no worker of {ep.spec.name!r} could start "
-                             f"({ep.start_failures} attempts); last error:\n{ep.last_start_error}")  # fmt: skip
+            error = JobError(
+                "WorkerStartFailed",
+                f"no worker of {ep.spec.name!r} could start "
+                f"({ep.start_failures} attempts); last error:\n{ep.last_start_error}",
+            )
             for job_id in list(ep.queue):
                 job = self.store.get(job_id)
                 if job is not None and job.status is JobStatus.IN_QUEUE:
@@ -769,10 +837,18 @@ class ControlPlane:
         self.reconcile()
 
     def _timeout(self, job: Job, worker: Worker) -> None:
-        log.warning("job %s ran past its execution timeout of %d ms; replacing worker %s", job.id,
-                    job.execution_timeout_ms, worker.id)  # fmt: skip
-        self._finish(job, JobStatus.TIMED_OUT, Reason.EXECUTION_TIMEOUT,
-                     JobError("TimeoutError", f"execution exceeded {job.execution_timeout_ms} ms"))  # fmt: skip
+        log.warning(
+            "job %s ran past its execution timeout of %d ms; replacing worker %s",
+            job.id,
+            job.execution_timeout_ms,
+            worker.id,
+        )
+        self._finish(
+            job,
+            JobStatus.TIMED_OUT,
+            Reason.EXECUTION_TIMEOUT,
+            JobError("TimeoutError", f"execution exceeded {job.execution_timeout_ms} ms"),
+        )
         self._signal_stop(worker, job.id)
         # a sync handler cannot be interrupted: the worker is replaced, once its other jobs are done
         worker.retiring = True
@@ -845,13 +921,20 @@ class ControlPlane:
         rows = []
         for d in self.devices:
             holder = inventory.holder(d)
-            rows.append({
-                "node": d.node, "index": d.index, "name": d.name, "model": d.model_name,
-                "pool": d.model.pool.value if d.model and d.model.pool else None,
-                "vramGb": d.model.vram_gb if d.model else round(d.memory_mb / 1024),
-                "recognised": d.model is not None, "simulated": d.simulated,
-                "worker": holder.worker_id if holder else None, "endpoint": holder.endpoint if holder else None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "node": d.node,
+                    "index": d.index,
+                    "name": d.name,
+                    "model": d.model_name,
+                    "pool": d.model.pool.value if d.model and d.model.pool else None,
+                    "vramGb": d.model.vram_gb if d.model else round(d.memory_mb / 1024),
+                    "recognised": d.model is not None,
+                    "simulated": d.simulated,
+                    "worker": holder.worker_id if holder else None,
+                    "endpoint": holder.endpoint if holder else None,
+                }
+            )
         return rows
 
 

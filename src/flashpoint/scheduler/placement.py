@@ -38,7 +38,7 @@ class NoFit:
 def _matches(candidate: Candidate, device: Device) -> bool:
     if isinstance(candidate, AnyGPU):
         return True
-    return device.model is candidate
+    return device.model == candidate  # equal, not identical: devices may arrive pickled from other nodes
 
 
 def _groups(candidate: Candidate, devices: Sequence[Device]) -> dict[tuple[str, str], list[Device]]:
@@ -78,7 +78,7 @@ def place(candidates: Sequence[Candidate], gpu_count: int, inventory: Inventory)
         holders = sorted(
             {h.endpoint for d in inventory.devices if _matches(candidate, d) for h in [inventory.holder(d)] if h}
         )
-        free = sum(1 for group in groups.values() for d in group if inventory.is_free(d))
+        free = max(sum(1 for d in group if inventory.is_free(d)) for group in groups.values())
         reasons.append(
             Reason(
                 name,

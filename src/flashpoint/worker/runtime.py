@@ -42,7 +42,7 @@ _current_job: contextvars.ContextVar[str | None] = contextvars.ContextVar("flash
 
 
 def load_target(import_path: str | None = None, pickle_file: str | None = None) -> Any:
-    """The decorated object's underlying function or class, from ``module:qualname``/``file.py:qualname`` or a pickle."""
+    """The decorated function or class itself, from ``module:qualname``, ``file.py:qualname`` or a pickle file."""
     if pickle_file is not None:
         import pickle
 
@@ -124,8 +124,10 @@ class Handler:
             method = payload.pop("method", None) if isinstance(payload, dict) else None
             if method is None:
                 if len(self.methods) != 1:
-                    raise TypeError(f"this endpoint has several methods ({', '.join(self.methods)}); name one in "
-                                    '"method", e.g. {"method": "%s", ...}' % self.methods[0])  # fmt: skip
+                    raise TypeError(
+                        f"this endpoint has several methods ({', '.join(self.methods)}); name one in "
+                        '"method", e.g. {"method": "%s", ...}' % self.methods[0]
+                    )
                 method = self.methods[0]
             if method not in self.methods:
                 raise TypeError(f"unknown method {method!r}; methods: {', '.join(self.methods)}")
@@ -148,14 +150,15 @@ def error_body(exc: BaseException, reason: Reason = Reason.USER_ERROR) -> dict[s
     if isinstance(exc, HandlerError):
         reason = exc.reason
     record = {
-        "error_type": f"<class '{type(exc).__qualname__}'>" if type(exc).__module__ == "builtins"
+        "error_type": f"<class '{type(exc).__qualname__}'>"
+        if type(exc).__module__ == "builtins"
         else f"<class '{type(exc).__module__}.{type(exc).__qualname__}'>",
         "error_message": str(exc),
         "error_traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         "hostname": os.environ.get("RUNPOD_POD_HOSTNAME", "unknown"),
         "worker_id": os.environ.get("RUNPOD_POD_ID", "unknown"),
         "reason": reason.value,
-    }  # fmt: skip
+    }
     return {"error": json.dumps(record)}
 
 
@@ -217,8 +220,16 @@ class Urls:
 class Runtime:
     """Runs ``concurrency`` lanes; each lane takes a job, runs it, and posts the result asking for the next one."""
 
-    def __init__(self, handler: Callable[[dict[str, Any]], Any], urls: Urls, api_key: str, *, concurrency: int = 1,
-                 ping_interval_s: float = 10.0, parent_pid: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        handler: Callable[[dict[str, Any]], Any],
+        urls: Urls,
+        api_key: str,
+        *,
+        concurrency: int = 1,
+        ping_interval_s: float = 10.0,
+        parent_pid: int | None = None,
+    ) -> None:
         self.handler = handler
         self.urls = urls
         self.api_key = api_key

@@ -1,0 +1,202 @@
+"""Tests for flashpoint.codec: what JSON can carry exactly, and the binary envelope for the rest."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from flashpoint import codec
+from flashpoint.codec import PICKLE_KEY, decode_call, decode_value, encode_call, encode_value, is_json
+
+
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: int
+
+
+JSON_VALUES = {
+    "none": None,
+    "str": "héllo",
+    "empty-str": "",
+    "true": True,
+    "false": False,
+    "int": 42,
+    "big-int": 2**80,
+    "negative": -7,
+    "float": 2.5,
+    "zero-float": 0.0,
+    "list": [1, "a", None],
+    "empty-list": [],
+    "dict": {"a": 1},
+    "empty-dict": {},
+    "nested": {"a": [{"b": [1, 2, {"c": None}]}], "d": {"e": "f"}},
+}
+
+NOT_JSON_VALUES = {
+    "tuple": (1, 2),
+    "empty-tuple": (),
+    "nan": float("nan"),
+    "inf": float("inf"),
+    "minus-inf": float("-inf"),
+    "int-key": {1: "a"},
+    "tuple-key": {(1, 2): "a"},
+    "none-key": {None: 1},
+    "bytes": b"abc",
+    "set": {1, 2},
+    "object": Point(1, 2),
+    "nested-tuple": {"a": [1, (2,)]},
+    "nested-nan": [{"a": float("nan")}],
+    "nested-inf-key": {"a": {2: float("inf")}},
+    "ordered-dict": OrderedDict(a=1),
+    "list-subclass": type("L", (list,), {})([1]),
+    "str-subclass-key": {type("K", (str,), {})("k"): 1},
+}
+
+
+@pytest.mark.parametrize("value", JSON_VALUES.values(), ids=JSON_VALUES.keys())
+def test_is_json_true_when_json_round_trips_exactly(value: Any) -> None:
+    assert is_json(value) is True
+    # the definition: a JSON round trip gives an equal value of the same types
+    assert json.loads(json.dumps(value)) == value
+
+
+@pytest.mark.parametrize("value", NOT_JSON_VALUES.values(), ids=NOT_JSON_VALUES.keys())
+def test_is_json_false_when_json_would_change_the_value(value: Any) -> None:
+    assert is_json(value) is False
+
+
+# --- calls -------------------------------------------------------------------------------------------------------
+
+
+def test_json_keyword_arguments_stay_plain_json() -> None:
+    kwargs = {"data": {"prompt": "a red fox", "steps": 20, "guidance": 7.5, "seed": None}}
+
+    payload = encode_call((), kwargs)
+
+    assert payload == kwargs
+    assert payload is not kwargs  # a copy: later changes to the caller's dict do not reach the job
+    assert json.loads(json.dumps(payload)) == kwargs
+    assert decode_call(payload) == ((), kwargs)
+
+
+def test_no_arguments_is_an_empty_object() -> None:
+    assert encode_call((), {}) == {}
+    assert decode_call({}) == ((), {})
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((1, 2), {}),
+        ((), {"data": (1, 2)}),
+        ((), {"blob": b"\x00\x01"}),
+        (("pos",), {"k": "v"}),
+        ((), {"point": Point(3, 4)}),
+        ((), {"m": {1: {2: 3}}}),
+        (([1, (2, 3)],), {"f": float("inf")}),
+    ],
+    ids=["positional", "tuple", "bytes", "mixed", "object", "int-keys", "inf"],
+)
+def test_non_json_call_round_trips_through_the_envelope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    payload = encode_call(args, kwargs)
+
+    assert list(payload) == [PICKLE_KEY]
+    json.dumps(payload)  # the envelope itself is JSON: it travels in a job's input
+    decoded_args, decoded_kwargs = decode_call(payload)
+    assert decoded_args == args
+    assert type(decoded_args) is tuple
+    assert decoded_kwargs == kwargs
+    assert repr(decoded_kwargs) == repr(kwargs)
+
+
+def test_envelope_keeps_nan() -> None:
+    _, kwargs = decode_call(encode_call((), {"x": float("nan")}))
+    assert math.isnan(kwargs["x"])
+
+
+def test_envelope_carries_locally_defined_functions() -> None:
+    # cloudpickle, not pickle: a lambda or a local function survives the trip
+    offset = 10
+    args, _ = decode_call(encode_call((lambda v: v + offset,), {}))
+    assert args[0](1) == 11
+
+
+@pytest.mark.parametrize("payload", [[1, 2], "text", 3, None], ids=["list", "str", "int", "none"])
+def test_decode_call_rejects_a_non_object_input_with_an_example(payload: Any) -> None:
+    with pytest.raises(TypeError) as info:
+        decode_call(payload)
+    message = str(info.value)
+    assert "job input must be a JSON object of keyword arguments" in message
+    assert '{"data": ...}' in message
+    assert type(payload).__name__ in message
+
+
+def test_decode_call_returns_a_copy_of_plain_input() -> None:
+    payload = {"data": 1}
+    _, kwargs = decode_call(payload)
+    kwargs["data"] = 2
+    assert payload == {"data": 1}
+
+
+# --- values (outputs) -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", JSON_VALUES.values(), ids=JSON_VALUES.keys())
+@pytest.mark.parametrize("binary_ok", [True, False])
+def test_json_output_is_sent_as_is(value: Any, binary_ok: bool) -> None:
+    encoded = encode_value(value, binary_ok=binary_ok)
+    assert encoded == value
+    assert decode_value(encoded) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [(1, 2), b"bytes", {1: "a"}, Point(1, 2), {"nested": [(1,), {2: b"x"}]}, {1, 2}],
+    ids=["tuple", "bytes", "int-key", "object", "nested", "set"],
+)
+def test_non_json_output_round_trips_for_binary_callers(value: Any) -> None:
+    encoded = encode_value(value, binary_ok=True)
+
+    assert list(encoded) == [PICKLE_KEY]
+    json.dumps(encoded)
+    decoded = decode_value(encoded)
+    assert decoded == value
+    assert type(decoded) is type(value)
+    assert repr(decoded) == repr(value)
+
+
+@pytest.mark.parametrize(
+    "value", [(1, 2), b"bytes", float("nan"), Point(1, 2)], ids=["tuple", "bytes", "nan", "object"]
+)
+def test_non_json_output_for_json_callers_raises_with_advice(value: Any) -> None:
+    with pytest.raises(TypeError) as info:
+        encode_value(value, binary_ok=False)
+
+    message = str(info.value)
+    assert f"the output ({type(value).__name__}) cannot be carried as JSON" in message
+    assert "return dicts, lists, strings, numbers, booleans or None" in message
+    assert "flashpoint SDK" in message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {PICKLE_KEY: "not-the-only-key", "other": 1},
+        {"data": {PICKLE_KEY: "nested is left alone"}},
+        {"__flashpoint_pickle": "close but different"},
+    ],
+    ids=["extra-key", "nested", "near-miss"],
+)
+def test_decode_value_leaves_other_dicts_alone(value: Any) -> None:
+    assert decode_value(value) == value
+
+
+def test_pickle_key_is_the_documented_one() -> None:
+    assert codec.PICKLE_KEY == "__flashpoint_pickle__"
+    assert f'"{codec.PICKLE_KEY}"' in (codec.__doc__ or "")
