@@ -27,15 +27,17 @@ def native_routes(plane: ControlPlane, keys: tuple[str, ...]) -> list[Route]:
             return bad
         body = []
         for name, ep in plane.endpoints.items():
-            body.append({
-                "name": name,
-                "gpu": ep.spec.describe_gpu(),
-                "workersMin": ep.spec.workers_min,
-                "workersMax": ep.spec.workers_max,
-                "queueDepth": ep.queued,
-                "workers": [w.to_json() for w in ep.workers.values()],
-                "explanation": plane.explain_endpoint(name).to_json(),
-            })  # fmt: skip
+            body.append(
+                {
+                    "name": name,
+                    "gpu": ep.spec.describe_gpu(),
+                    "workersMin": ep.spec.workers_min,
+                    "workersMax": ep.spec.workers_max,
+                    "queueDepth": ep.queued,
+                    "workers": [w.to_json() for w in ep.workers.values()],
+                    "explanation": plane.explain_endpoint(name).to_json(),
+                }
+            )
         return json_response({"endpoints": body})
 
     async def explain_endpoint(request: Request) -> Response:

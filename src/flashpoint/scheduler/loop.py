@@ -155,7 +155,7 @@ class ControlPlane:
         self.endpoints: dict[str, EndpointState] = {}
         self.workers: dict[str, Worker] = {}
         self.target_files: dict[str, str] = {}
-        self._job_waiters: dict[str, list[asyncio.Future[JobView]]] = {}
+        self._job_waiters: dict[str, list[Callable[[JobView], None]]] = {}
         self._kicked = False
         self._tick_task: asyncio.Task[None] | None = None
         self._closing = False
@@ -295,20 +295,34 @@ class ControlPlane:
         if ep.queued:
             self.kick()
 
-    async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
+    def on_finish(self, job_id: str, callback: Callable[[JobView], None]) -> Callable[[], None]:
+        """Call ``callback(view)`` once the job is terminal (now, if it already is); returns an unsubscribe."""
         job = self.job(job_id)
         if job.status.terminal:
-            return job.view()
+            callback(job.view())
+            return lambda: None
+        callbacks = self._job_waiters.setdefault(job_id, [])
+        callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in callbacks:
+                callbacks.remove(callback)
+
+        return unsubscribe
+
+    async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         future: asyncio.Future[JobView] = asyncio.get_running_loop().create_future()
-        self._job_waiters.setdefault(job_id, []).append(future)
+        def resolve(view: JobView) -> None:
+            if not future.done():
+                future.set_result(view)
+
+        unsubscribe = self.on_finish(job_id, resolve)
         try:
             return await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(f"job {job_id} is still {self.job(job_id).status.value} after {timeout}s") from None
         finally:
-            waiters = self._job_waiters.get(job_id)
-            if waiters and future in waiters:
-                waiters.remove(future)
+            unsubscribe()
 
     def cancel(self, job_id: str) -> JobView:
         job = self.job(job_id)
@@ -503,10 +517,14 @@ class ControlPlane:
             elif status is JobStatus.FAILED:
                 ep.counters["failed"] += 1
         self.store.update(job)
-        view = job.view()
-        for future in self._job_waiters.pop(job.id, []):
-            if not future.done():
-                future.set_result(view)
+        callbacks = self._job_waiters.pop(job.id, None)
+        if callbacks:
+            view = job.view()
+            for callback in callbacks:
+                try:
+                    callback(view)
+                except Exception:  # one broken waiter must not keep the others from their result
+                    log.exception("job waiter failed")
 
     # ----------------------------------------------------------------------------------------------------------------
     # workers: start, output, exit, stop
@@ -868,6 +886,7 @@ class ControlPlane:
         return self._explain(self.endpoint(job.endpoint), job)
 
     def _explain(self, ep: EndpointState, job: Job | None) -> Explanation:
+        self.reconcile()  # reasons are recorded by reconcile; refresh them so an explanation is never stale
         workers = {s.value.lower(): 0 for s in WorkerState}
         for worker in ep.workers.values():
             workers[worker.state.value.lower()] += 1

@@ -1,0 +1,7 @@
+"""``python -m flashpoint``: the command line, as the ``flashpoint`` script runs it."""
+
+from __future__ import annotations
+
+from flashpoint.cli import main  # noqa: TID251  (the one module besides the console script that starts the CLI)
+
+main()

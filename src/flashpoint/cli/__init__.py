@@ -1,0 +1,57 @@
+"""The ``flashpoint`` command line: one module per command, joined here; ``main`` turns errors into one line.
+
+Edge module, the top of the import graph: may import anything in flashpoint, plus typer, rich and httpx. Nothing
+imports it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+
+from flashpoint._version import __version__
+from flashpoint.cli import explain, gpus
+from flashpoint.errors import Error
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="flashpoint",
+    help="Runpod Flash-style GPU endpoints on your own GPUs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+app.command("gpus")(gpus.gpus)
+app.command("explain")(explain.explain)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"flashpoint {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Runpod Flash-style GPU endpoints on your own GPUs."""
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Run the CLI: ``flashpoint ...`` and ``python -m flashpoint ...``.
+
+    A flashpoint ``Error`` is what the user can act on, so it becomes ``Error: <message>`` on stderr and exit code 1;
+    anything else is a bug and keeps its traceback.
+    """
+    try:
+        app(args=list(args) if args is not None else None, prog_name="flashpoint")
+    except Error as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(1)

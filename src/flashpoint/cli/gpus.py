@@ -1,0 +1,160 @@
+"""``flashpoint gpus``: the GPUs of this machine (or of the running flashpoint processes), and the catalog.
+
+Edge module: may import anything in flashpoint, plus typer and rich.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from flashpoint.cli.live import LivePlane, Unreachable, live_planes
+from flashpoint.cli.output import console, device_row, model_summary, print_json
+from flashpoint.config import Settings
+from flashpoint.fleet import discover
+from flashpoint.gpus import MODELS, GpuGroup, pool_models
+
+
+def gpus(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    catalog: Annotated[
+        bool, typer.Option("--catalog", help="Print the GpuType / GpuGroup catalog instead of this machine's GPUs.")
+    ] = False,
+) -> None:
+    """Show the GPUs flashpoint would use here, and who holds them.
+
+    With a flashpoint process running on this machine, shows its fleet and the worker holding each device.
+
+    Otherwise discovers the local fleet: simulated devices when FLASHPOINT_SIMULATED_GPUS is set, else NVML's.
+    """
+    if catalog:
+        _catalog(as_json)
+        return
+    settings = Settings.load()
+    fleets: list[dict[str, Any]] = []
+    for plane in live_planes(settings):
+        fleet = _plane_fleet(plane)
+        if fleet is not None:
+            fleets.append(fleet)
+    source = "live"
+    if not fleets:
+        source = "local"
+        rows = [device_row(d) for d in discover(settings.simulated_gpus, node=settings.node)]
+        fleets.append({"pid": None, "url": None, "devices": rows, "models": model_summary(rows)})
+    if as_json:
+        print_json({"source": source, "fleets": fleets})
+        return
+    out = console()
+    for fleet in fleets:
+        rows = fleet["devices"]
+        if fleet["pid"] is None:
+            origin = "simulated via FLASHPOINT_SIMULATED_GPUS" if settings.simulated_gpus else "NVML"
+            title = f"GPUs of this machine ({origin}; no flashpoint process is running, so all are free)"
+        else:
+            title = f"GPUs of flashpoint process {fleet['pid']} ({fleet['url']})"
+        if not rows:
+            out.print(f"{title}: none. Set FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1 to simulate some.")
+            continue
+        out.print(device_table(title, rows))
+        out.print(summary_table(fleet["models"]))
+
+
+def _plane_fleet(plane: LivePlane) -> dict[str, Any] | None:
+    try:
+        body = plane.get("/v1/fleet")
+    except Unreachable as exc:
+        print(f"warning: {exc}; skipped", file=sys.stderr)
+        return None
+    if body is None:
+        return None
+    rows: list[dict[str, Any]] = body["devices"]
+    return {"pid": plane.pid, "url": plane.url, "devices": rows, "models": model_summary(rows)}
+
+
+def _model_label(row: dict[str, Any]) -> str:
+    if row["recognised"]:
+        return str(row["model"])
+    return f"{row['name']} - unrecognised (ANY only)"
+
+
+def device_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("node", "index", "model", "pool", "VRAM", "kind", "status"):
+        table.add_column(column, justify="right" if column in ("index", "VRAM") else "left")
+    for row in rows:
+        if row["worker"] is None:
+            status = "free"
+        else:
+            status = f"held by {row['endpoint']} (worker {row['worker']})"
+        table.add_row(
+            str(row["node"]),
+            str(row["index"]),
+            _model_label(row),
+            row["pool"] or "-",
+            f"{row['vramGb']} GB",
+            "simulated" if row["simulated"] else "real",
+            status,
+        )
+    return table
+
+
+def summary_table(models: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="Per model", title_justify="left")
+    table.add_column("model")
+    table.add_column("count", justify="right")
+    table.add_column("free", justify="right")
+    for entry in models:
+        label = entry["model"] if entry["recognised"] else f"{entry['model']} - unrecognised (ANY only)"
+        table.add_row(label, str(entry["count"]), str(entry["free"]))
+    return table
+
+
+def _catalog(as_json: bool) -> None:
+    models: list[dict[str, Any]] = [
+        {
+            "member": m.member.name if m.member is not None else None,
+            "name": m.name,
+            "vramGb": m.vram_gb,
+            "architecture": m.architecture,
+            "pool": m.pool.value if m.pool is not None else None,
+        }
+        for m in MODELS
+    ]
+    groups: list[dict[str, Any]] = [
+        {"group": g.name, "models": [m.name for m in pool_models(g)] if g is not GpuGroup.ANY else ["ANY"]}
+        for g in GpuGroup
+    ]
+    if as_json:
+        print_json({"models": models, "groups": groups})
+        return
+    out = console()
+    table = Table(
+        title="GPU models (GpuType)",
+        title_justify="left",
+        caption="(none): no GpuType member, but recognised on real hardware and in its pool",
+        caption_justify="left",
+    )
+    for column in ("GpuType member", "model (NVML name)", "VRAM", "architecture", "pool (GpuGroup)"):
+        table.add_column(column, justify="right" if column == "VRAM" else "left")
+    for entry in models:
+        table.add_row(
+            entry["member"] or "(none)",
+            entry["name"],
+            f"{entry['vramGb']} GB",
+            entry["architecture"],
+            entry["pool"] or "-",
+        )
+    out.print(table)
+    pools = Table(title="Pools (GpuGroup), models in fallback order", title_justify="left")
+    pools.add_column("GpuGroup member")
+    pools.add_column("models")
+    for group in groups:
+        if group["group"] == GpuGroup.ANY.name:
+            pools.add_row(group["group"], "every device, recognised or not (GpuType.ANY is the same)")
+        else:
+            pools.add_row(group["group"], " > ".join(group["models"]))
+    out.print(pools)
