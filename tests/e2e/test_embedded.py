@@ -437,3 +437,13 @@ async def test_min_workers_kept_warm_and_scale_to_zero_after_idle(make_plane) ->
     await eventually(lambda: snapshot(plane, "cold")["workers"] == [], what="cold endpoint to scale to zero")
     states = [w["state"] for w in snapshot(plane, "warm")["workers"]]
     assert states == ["IDLE"]  # the minimum stays, idle
+
+
+async def test_values_json_cannot_carry_travel_in_the_binary_encoding(make_plane) -> None:
+    make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="binary", gpu=GpuType.NVIDIA_H200)
+    async def reverse(items: tuple, blob: bytes) -> tuple:
+        return tuple(reversed(items)), blob[::-1], {1, 2}
+
+    assert await reverse((1, "a"), b"xy") == (("a", 1), b"yx", {1, 2})
