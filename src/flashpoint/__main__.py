@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from flashpoint.cli import main  # noqa: TID251  (the one module besides the console script that starts the CLI)
+from flashpoint.cli import main
 
 main()

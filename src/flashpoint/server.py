@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ import secrets
 import socket
 import tempfile
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -135,9 +134,11 @@ class EmbeddedPlane:
             folder = self.settings.state_dir / "run"
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{os.getpid()}-{id(self):x}.json"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            partial = path.with_suffix(".tmp")
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
                 json.dump({"url": self.url, "key": self.api_key, "pid": os.getpid()}, handle)
+            os.replace(partial, path)  # readers never see a half-written file
             return path
         except OSError as exc:
             log.debug("cannot announce the embedded plane: %s", exc)
@@ -156,90 +157,93 @@ class EmbeddedPlane:
     # ----------------------------------------------------------------------------------------------------------------
     # Connection: every call runs on the plane's loop
 
-    async def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self.closed:
-            coro.close()
-            raise ConfigError("this embedded control plane is closed")
-        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return await asyncio.wrap_future(future)
-
     def run_sync(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run a coroutine on the plane's loop from a thread without a loop (tests, the CLI)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def _on_plane(self, fn: Callable[[asyncio.Future[T]], None]) -> asyncio.Future[T]:
+        """Run ``fn(future)`` on the plane's loop; it settles the caller's ``future`` through ``_deliver``.
+
+        One callback each way and no tasks: this is the path of every SDK call.
+        """
+        if self.closed:
+            raise ConfigError("this embedded control plane is closed")
+        caller = asyncio.get_running_loop()
+        future: asyncio.Future[T] = caller.create_future()
+
+        def run() -> None:
+            try:
+                fn(future)
+            except Exception as exc:
+                _deliver(future, error=exc)
+
+        self.loop.call_soon_threadsafe(run)
+        return future
+
+    async def _compute(self, fn: Callable[[], T]) -> T:
+        """The value of ``fn()`` computed on the plane's loop."""
+        return await self._on_plane(lambda future: _deliver(future, fn()))
+
     async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None:
-        async def run() -> None:
+        def run() -> None:
             if target.pickled is not None and spec.name not in self.plane.target_files:
                 path = Path(self._tmp.name) / f"{spec.name}.pkl"
                 path.write_bytes(target.pickled)
                 self.plane.target_files[spec.name] = str(path)
             self.plane.register(spec, target)
 
-        await self._bridge(run())
+        await self._compute(run)
 
     async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
-        async def run() -> JobView:
-            return self.plane.submit(endpoint, payload, extra).view()
-
-        return await self._bridge(run())
+        return await self._compute(lambda: self.plane.submit(endpoint, payload, extra).view())
 
     async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
-        # The hot path of `await fn(...)`: one callback into the plane's loop and one back, no tasks in between.
-        if self.closed:
-            raise ConfigError("this embedded control plane is closed")
-        caller = asyncio.get_running_loop()
-        future: asyncio.Future[JobView] = caller.create_future()
+        def run(future: asyncio.Future[JobView]) -> None:
+            job = self.plane.submit(endpoint, payload, extra)
+            self.plane.on_finish(job.id, lambda view: _deliver(future, view))
 
-        def settle(view: JobView | None, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(view)  # type: ignore[arg-type]
-
-        def submit() -> None:
-            try:
-                job = self.plane.submit(endpoint, payload, extra)
-            except Exception as exc:
-                caller.call_soon_threadsafe(settle, None, exc)
-                return
-            self.plane.on_finish(job.id, lambda view: _deliver(caller, settle, view))
-
-        self.loop.call_soon_threadsafe(submit)
-        return await future
+        return await self._on_plane(run)
 
     async def get(self, job_id: str) -> JobView:
-        async def run() -> JobView:
-            return self.plane.job(job_id).view()
-
-        return await self._bridge(run())
+        return await self._compute(lambda: self.plane.job(job_id).view())
 
     async def wait(self, job_id: str, timeout: float | None) -> JobView:
-        return await self._bridge(self.plane.wait(job_id, timeout))
+        unsubscribe: list[Callable[[], None]] = []
+
+        def run(future: asyncio.Future[JobView]) -> None:
+            unsubscribe.append(self.plane.on_finish(job_id, lambda view: _deliver(future, view)))
+
+        future = self._on_plane(run)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            self.loop.call_soon_threadsafe(lambda: [stop() for stop in unsubscribe])
+            raise TimeoutError(f"job {job_id} did not finish within {timeout}s") from None
 
     async def cancel(self, job_id: str) -> JobView:
-        async def run() -> JobView:
-            return self.plane.cancel(job_id)
-
-        return await self._bridge(run())
+        return await self._compute(lambda: self.plane.cancel(job_id))
 
     async def explain_job(self, job_id: str) -> Explanation:
-        async def run() -> Explanation:
-            return self.plane.explain_job(job_id)
-
-        return await self._bridge(run())
+        return await self._compute(lambda: self.plane.explain_job(job_id))
 
     async def explain_endpoint(self, name: str) -> Explanation:
-        async def run() -> Explanation:
-            return self.plane.explain_endpoint(name)
-
-        return await self._bridge(run())
+        return await self._compute(lambda: self.plane.explain_endpoint(name))
 
 
-def _deliver(caller: asyncio.AbstractEventLoop, settle: Any, view: JobView) -> None:
-    if not caller.is_closed():  # the caller may have given up and ended its event loop
-        caller.call_soon_threadsafe(settle, view, None)
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _deliver(future: asyncio.Future[Any], value: Any = None, *, error: BaseException | None = None) -> None:
+    """Settle a caller's future from the plane's thread, unless the caller already ended its event loop."""
+    caller = future.get_loop()
+    if not caller.is_closed():
+        caller.call_soon_threadsafe(_settle, future, value, error)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from flashpoint import Endpoint, GpuType, JobFailedError
-
 from tests.conftest import eventually, held_devices
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -5,6 +5,7 @@ Edge module: may import anything in flashpoint, plus typer and httpx (through ``
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -81,11 +82,10 @@ def explain(
 
     With --app, loads the endpoints of a file or module and says, starting nothing, which GPUs a worker would get now.
     """
-    settings = Settings.load()
     if app_path is not None:
-        items = _offline(app_path, target, settings)
+        items = _offline(app_path, target)
     else:
-        items = _live(target, settings)
+        items = _live(target, Settings.load())
     if as_json:
         print_json({"explanations": [item.to_json() for item in items]})
         return
@@ -137,13 +137,15 @@ def explain_offline(spec: EndpointSpec, devices: Sequence[Device]) -> Explanatio
     return Explanation(spec.name, summary, reasons=tuple(skipped), fleet=fleet)
 
 
-def _offline(app_path: str, target: str | None, settings: Settings) -> list[Item]:
-    if target is not None:
-        if split_target(app_path)[1] is not None:
-            raise ConfigError("name the endpoint once: either --app app.py:attr or the ENDPOINT argument, not both")
-        endpoints = load_endpoints(f"{app_path}:{target}")
-    else:
-        endpoints = load_endpoints(app_path)
+def _offline(app_path: str, target: str | None) -> list[Item]:
+    if target is not None and split_target(app_path)[1] is not None:
+        raise ConfigError("name the endpoint once: either --app app.py:attr or the ENDPOINT argument, not both")
+    # What the app prints while it is imported goes to stderr, so that --json output stays parseable.
+    with contextlib.redirect_stdout(sys.stderr):
+        endpoints = load_endpoints(app_path if target is None else f"{app_path}:{target}")
+    # Settings are read after the import: an app may set FLASHPOINT_* variables at import time (the examples
+    # simulate GPUs when NVML finds none), and the explanation should see the fleet the app would run on.
+    settings = Settings.load()
     devices = discover(settings.simulated_gpus, node=settings.node)
     source = f"{app_path} against this machine's fleet (nothing started)"
     return [Item(explain_offline(ep.spec, devices), source, asks=ep.spec.describe_gpu()) for ep in endpoints.values()]

@@ -239,7 +239,7 @@ class ControlPlane:
     def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
         models = sorted({d.model_name for d in self.devices})
         hint = (
-            f"add a fallback the fleet has, e.g. gpu=[{', '.join(describe(c) for c in spec.candidates)}, "
+            f"add a fallback the fleet has, e.g. gpu=[{', '.join(repr(describe(c)) for c in spec.candidates)}, "
             f"{models[0]!r}] or gpu=GpuGroup.ANY"
             if models
             else "run on a machine with GPUs, or simulate some with FLASHPOINT_SIMULATED_GPUS"
@@ -312,6 +312,7 @@ class ControlPlane:
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         future: asyncio.Future[JobView] = asyncio.get_running_loop().create_future()
+
         def resolve(view: JobView) -> None:
             if not future.done():
                 future.set_result(view)
