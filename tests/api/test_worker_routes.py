@@ -1,0 +1,158 @@
+"""The Runpod worker protocol as the plane serves it, driven over real HTTP on loopback (runpod-protocol.md §3, §5)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from flashpoint import Endpoint, GpuType
+from flashpoint.scheduler.loop import Worker
+from flashpoint.server import EmbeddedPlane
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def _setup(make_plane: Any) -> tuple[EmbeddedPlane, Any, dict[str, str]]:
+    # A B200 endpoint on an H200 fleet: no real worker can ever start, so this test plays the worker itself.
+    plane = make_plane("NVIDIA_H200:1", FLASHPOINT_TAKE_HOLD_S="0.3")
+
+    @Endpoint(name="proto", gpu=GpuType.NVIDIA_B200)
+    async def proto(data: dict) -> dict:
+        return data
+
+    first = await proto.run({"n": 0})
+    await first.cancel()
+
+    async def add_worker() -> None:
+        worker = Worker(id="w-test", endpoint="proto", devices=())
+        plane.plane.workers[worker.id] = worker
+        plane.plane.endpoints["proto"].workers[worker.id] = worker
+
+    plane.run_sync(add_worker())
+    return plane, proto, {"Authorization": plane.plane.worker_key}
+
+
+def _url(plane: EmbeddedPlane, route: str) -> str:
+    return f"{plane.url}/v2/proto/{route}"
+
+
+async def test_worker_routes_need_the_worker_key(make_plane) -> None:
+    plane, _, headers = await _setup(make_plane)
+    async with httpx.AsyncClient() as client:
+        denied = await client.get(_url(plane, "job-take/w-test?gpu=x"))
+        assert denied.status_code == 401
+        assert denied.headers["content-type"] == "application/json"
+        assert denied.json()["code"] == "unauthorized"
+        wrong = await client.get(_url(plane, "ping/w-test?gpu=x"), headers={"Authorization": "nope"})
+        assert wrong.status_code == 401
+        raw = await client.get(_url(plane, "ping/w-test?gpu=x"), headers=headers)
+        bearer = await client.get(
+            _url(plane, "ping/w-test?gpu=x"), headers={"Authorization": f"Bearer {headers['Authorization']}"}
+        )
+        assert (raw.status_code, bearer.status_code) == (200, 200)
+
+
+async def test_take_long_polls_then_answers_204_and_hands_out_jobs(make_plane) -> None:
+    plane, proto, headers = await _setup(make_plane)
+    async with httpx.AsyncClient(headers=headers) as client:
+        empty = await client.get(_url(plane, "job-take/w-test?gpu=x&job_in_progress=0"))
+        assert empty.status_code == 204
+        job = await proto.run({"n": 1})
+        taken = await client.get(_url(plane, "job-take/w-test?gpu=x&job_in_progress=0"))
+        assert taken.status_code == 200
+        body = taken.json()
+        assert body["id"] == job.id and body["input"] == {"data": {"n": 1}}
+        assert await job.status() == "IN_PROGRESS"
+        assert job.view.worker_id == "w-test"
+
+        batch_jobs = [await proto.run({"n": i}) for i in (2, 3)]
+        batch = await client.get(_url(plane, "job-take-batch/w-test?gpu=x&batch_size=5&job_in_progress=1"))
+        assert [item["id"] for item in batch.json()] == [j.id for j in batch_jobs]
+
+
+async def test_job_done_parses_form_labelled_json_and_is_idempotent(make_plane) -> None:
+    plane, proto, headers = await _setup(make_plane)
+    job = await proto.run({"n": 1})
+    form = {**headers, "Content-Type": "application/x-www-form-urlencoded", "charset": "utf-8"}
+    async with httpx.AsyncClient(headers=headers) as client:
+        await client.get(_url(plane, "job-take/w-test?gpu=x&job_in_progress=0"))
+        progress = json.dumps({"status": "IN_PROGRESS", "output": {"pct": 50}}).encode()
+        await client.post(_url(plane, f"job-done/w-test/{job.id}?gpu=x&isStream=false"), content=progress, headers=form)
+        assert await job.status() == "IN_PROGRESS"  # a progress update is not a completion
+        assert job.view.output == {"pct": 50}
+
+        result = json.dumps({"output": {"text": "héllo ✓"}}, ensure_ascii=False).encode()
+        for _ in range(2):  # the worker retries on 5xx: the same result may arrive twice
+            done = await client.post(
+                _url(plane, f"job-done/w-test/{job.id}?gpu=x&isStream=false"), content=result, headers=form
+            )
+            assert done.status_code == 200
+        late = await client.post(_url(plane, f"job-done/w-test/{job.id}?gpu=x&isStream=false"), content=progress)
+        assert late.status_code == 200
+    assert await job.wait(timeout=5) == "COMPLETED"
+    assert job.output == {"text": "héllo ✓"}  # a late progress post did not overwrite the result
+    counters = plane.run_sync(_counters(plane))
+    assert counters["completed"] == 1
+
+
+async def _counters(plane: EmbeddedPlane) -> dict[str, int]:
+    return dict(plane.plane.endpoints["proto"].counters)
+
+
+async def test_raised_error_record_becomes_failed_with_remote_traceback(make_plane) -> None:
+    plane, proto, headers = await _setup(make_plane)
+    job = await proto.run({"n": 1})
+    record = {
+        "error_type": "<class 'KeyError'>",
+        "error_message": "'prompt'",
+        "error_traceback": "Traceback (most recent call last):\n  File \"handler.py\", line 3\nKeyError: 'prompt'\n",
+        "hostname": "unknown",
+        "worker_id": "w-test",
+        "runpod_version": "1.12.0",
+    }
+    async with httpx.AsyncClient(headers=headers) as client:
+        await client.get(_url(plane, "job-take/w-test?gpu=x&job_in_progress=0"))
+        await client.post(
+            _url(plane, f"job-done/w-test/{job.id}?gpu=x&isStream=false"),
+            content=json.dumps({"error": json.dumps(record)}),
+        )
+        bad = await client.post(_url(plane, f"job-done/w-test/{job.id}?gpu=x&isStream=false"), content=b"{not json")
+        assert bad.status_code == 400 and bad.json()["code"] == "bad_json"
+    assert await job.wait(timeout=5) == "FAILED"
+    error = job.error
+    assert error is not None
+    assert (error.remote_type, error.remote_message, error.reason) == ("KeyError", "'prompt'", "user_error")
+    assert error.remote_traceback is not None and "handler.py" in error.remote_traceback
+
+
+async def test_returned_error_value_fails_the_job_with_that_text(make_plane) -> None:
+    plane, proto, headers = await _setup(make_plane)
+    job = await proto.run({"n": 1})
+    async with httpx.AsyncClient(headers=headers) as client:
+        await client.get(_url(plane, "job-take/w-test?gpu=x&job_in_progress=0"))
+        await client.post(
+            _url(plane, f"job-done/w-test/{job.id}?gpu=x&isStream=false"),
+            content=json.dumps({"error": "out of cheese"}),
+        )
+    assert await job.wait(timeout=5) == "FAILED"
+    assert job.error is not None and job.error.remote_message == "out of cheese"
+
+
+async def test_cancel_reaches_the_worker_through_job_stop(make_plane) -> None:
+    plane, proto, headers = await _setup(make_plane)
+    job = await proto.run({"n": 1})
+    async with httpx.AsyncClient(headers=headers) as client:
+        await client.get(_url(plane, "job-take/w-test?gpu=x&job_in_progress=0"))
+        assert (await client.get(_url(plane, "job-stop/w-test?gpu=x"))).status_code == 204
+        assert await job.cancel() == "CANCELLED"
+        stop = await client.get(_url(plane, "job-stop/w-test?gpu=x"))
+        assert stop.json() == {"jobsToStop": [job.id]}
+        # the sync handler finished anyway and posts late: the terminal state is sticky
+        late = await client.post(
+            _url(plane, f"job-done/w-test/{job.id}?gpu=x&isStream=false"), content=json.dumps({"output": 1})
+        )
+        assert late.status_code == 200
+    assert await job.status() == "CANCELLED"
