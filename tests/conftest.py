@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +17,31 @@ from flashpoint.config import Settings
 from flashpoint.server import EmbeddedPlane
 
 T = TypeVar("T")
+
+SEED_NAME = "000_1716fa7ad0ba5e4b.txt"
+
+
+def seed_path() -> Path:
+    """The seed document, beside the repository in ``shared/``: skipped locally when absent, a failure in CI."""
+    override = os.environ.get("FLASHPOINT_SEED_PATH")
+    path = Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "seeds" / SEED_NAME
+    if not path.is_file():
+        if os.environ.get("CI"):
+            raise AssertionError(f"seed file not found at {path}; set FLASHPOINT_SEED_PATH")
+        pytest.skip(f"seed file not found at {path}; set FLASHPOINT_SEED_PATH")
+    return path
+
+
+@pytest.fixture
+def restore_imports(tmp_path: Path) -> Iterator[None]:
+    """For tests that import app files: undo their sys.path and sys.modules changes afterwards."""
+    path = list(sys.path)
+    yield
+    sys.path[:] = path
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file is not None and Path(file).is_relative_to(tmp_path):
+            del sys.modules[name]
 
 
 @pytest.fixture

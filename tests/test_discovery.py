@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,16 +32,7 @@ def helper() -> int:
 """
 
 
-@pytest.fixture(autouse=True)
-def import_state(tmp_path: Path) -> Iterator[None]:
-    """Discovery puts app folders on sys.path and app modules in sys.modules; undo both after each test."""
-    path = list(sys.path)
-    yield
-    sys.path[:] = path
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if file is not None and Path(file).is_relative_to(tmp_path):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("restore_imports")
 
 
 def write(folder: Path, name: str, source: str) -> Path:
@@ -207,7 +197,7 @@ def test_a_file_inside_a_package_gets_its_dotted_name_and_relative_imports_work(
 def test_a_dotted_module_name_is_imported(tmp_path: Path) -> None:
     write(tmp_path, "dotted_pkg/__init__.py", "")
     write(tmp_path, "dotted_pkg/app.py", APP)
-    sys.path.insert(0, str(tmp_path))  # restored by the import_state fixture
+    sys.path.insert(0, str(tmp_path))  # restored by the restore_imports fixture
 
     endpoints = load_endpoints("dotted_pkg.app:model")
 

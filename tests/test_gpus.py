@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import pickle
 import re
-from pathlib import Path
 
 import pytest
 
@@ -25,28 +23,16 @@ from flashpoint.gpus import (
     parse_gpu,
     pool_models,
 )
-
-SEED_NAME = "000_1716fa7ad0ba5e4b.txt"
+from tests.conftest import seed_path
 
 # --- the seed is the authority ------------------------------------------------------------------------------
-
-
-def _seed_path() -> Path:
-    override = os.environ.get("FLASHPOINT_SEED_PATH")
-    # The repository is checked out next to a `shared/` folder that holds the seeds.
-    path = Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "seeds" / SEED_NAME
-    if not path.is_file():
-        if os.environ.get("CI"):
-            raise AssertionError(f"seed file not found at {path}; set FLASHPOINT_SEED_PATH")
-        pytest.skip(f"seed file not found at {path}; set FLASHPOINT_SEED_PATH")
-    return path
 
 
 def _seed_rows(kind: str) -> list[list[str]]:
     """The seed's table rows for `GpuType.X` or `GpuGroup.X`: [member name, column, column, ...]."""
     rows = []
     pattern = re.compile(rf"^`{kind}\.(\w+)`\t(.*)$")
-    for line in _seed_path().read_text(encoding="utf-8").splitlines():
+    for line in seed_path().read_text(encoding="utf-8").splitlines():
         match = pattern.match(line)
         if match:
             rows.append([match.group(1), *(c.strip() for c in match.group(2).split("\t"))])

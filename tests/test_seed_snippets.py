@@ -8,10 +8,8 @@ against a count made by hand, so a parser bug cannot pass silently.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +17,7 @@ import pytest
 from flashpoint import Endpoint
 from flashpoint.endpoint import EndpointFunction
 from flashpoint.gpus import ANY_GPU, Candidate, GpuType, model_of
-
-SEED_NAME = "000_1716fa7ad0ba5e4b.txt"
+from tests.conftest import seed_path
 
 #: what a snippet without its own import (the multi-GPU one, the one-liners) is run after
 PRELUDE = "from flashpoint import Endpoint, GpuGroup, GpuType\n"
@@ -33,18 +30,6 @@ L4 = model_of(GpuType.NVIDIA_L4)
 RTX4090 = model_of(GpuType.NVIDIA_GEFORCE_RTX_4090)
 AMPERE_80 = (PCIE, SXM)
 THREE_POOLS = (PCIE, SXM, A40, A6000, L4, RTX4090)
-
-
-def _seed_path() -> Path:
-    # Same rule as tests/test_gpus.py: skip locally when the seed is absent, fail in CI.
-    override = os.environ.get("FLASHPOINT_SEED_PATH")
-    # The repository is checked out next to a `shared/` folder that holds the seeds.
-    path = Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "seeds" / SEED_NAME
-    if not path.is_file():
-        if os.environ.get("CI"):
-            raise AssertionError(f"seed file not found at {path}; set FLASHPOINT_SEED_PATH")
-        pytest.skip(f"seed file not found at {path}; set FLASHPOINT_SEED_PATH")
-    return path
 
 
 # --- the extractor -----------------------------------------------------------------------------------------------
@@ -100,7 +85,7 @@ def extract_snippets(text: str) -> list[Snippet]:
 
 
 def _snippets() -> list[Snippet]:
-    return extract_snippets(_seed_path().read_text(encoding="utf-8"))
+    return extract_snippets(seed_path().read_text(encoding="utf-8"))
 
 
 def _run(snippet: Snippet) -> dict[str, Any]:

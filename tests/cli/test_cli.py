@@ -52,16 +52,7 @@ def plane(tmp_path: Path) -> Iterator[EmbeddedPlane]:
         started.close()
 
 
-@pytest.fixture(autouse=True)
-def import_state(tmp_path: Path) -> Iterator[None]:
-    """``explain --app`` imports app files; undo sys.path and sys.modules changes after each test."""
-    path = list(sys.path)
-    yield
-    sys.path[:] = path
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if file is not None and Path(file).is_relative_to(tmp_path):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("restore_imports")
 
 
 # --------------------------------------------------------------------------------------------------------------------
