@@ -75,9 +75,17 @@ class Reason(str, Enum):
     CANCELLED = "cancelled"
     #: the control plane shut down before the job ended (embedded mode only keeps jobs for its process)
     SHUTDOWN = "shutdown"
+    #: still running when its TTL (whole lifetime) ran out
+    TTL_EXPIRED = "ttl_expired"
+    #: removed from the queue by purge-queue
+    PURGED = "purged"
 
     def __str__(self) -> str:
         return self.value
+
+
+#: Runpod's default ``policy.ttl``: 24 hours
+DEFAULT_TTL_MS = 24 * 3600 * 1000
 
 
 def check_transition(current: JobStatus, new: JobStatus) -> None:
@@ -137,7 +145,15 @@ class Job:
     #: how many times the job went back to the queue because its worker was lost
     retries: int = 0
     execution_timeout_ms: int = 0
+    #: lifetime from submit (Runpod's ``policy.ttl``): queued past it -> TIMED_OUT; any job is deleted at it
+    ttl_ms: int = DEFAULT_TTL_MS
     logs: list[str] = field(default_factory=list)
+    #: streamed chunks not yet read through ``/stream`` (a destructive read)
+    stream: list[Any] = field(default_factory=list)
+
+    @property
+    def expires_at(self) -> float:
+        return self.created_at + self.ttl_ms / 1000
 
     @property
     def delay_time_ms(self) -> int | None:
@@ -190,6 +206,47 @@ class JobView:
     retries: int
     created_at: float
     logs: tuple[str, ...] = ()
+
+    def to_native(self) -> dict[str, Any]:
+        """Every field, for flashpoint's own API and client (the inverse of ``from_native``)."""
+        return {
+            "id": self.id,
+            "endpoint": self.endpoint,
+            "status": self.status.value,
+            "reason": self.reason.value if self.reason else None,
+            "output": self.output,
+            "error": self.error.to_json() if self.error else None,
+            "delayTime": self.delay_time_ms,
+            "executionTime": self.execution_time_ms,
+            "workerId": self.worker_id,
+            "placement": self.placement.to_json() if self.placement else None,
+            "retries": self.retries,
+            "createdAt": self.created_at,
+            "logs": list(self.logs),
+        }
+
+    @classmethod
+    def from_native(cls, data: dict[str, Any]) -> JobView:
+        error, placement = data.get("error"), data.get("placement")
+        return cls(
+            id=data["id"],
+            endpoint=data["endpoint"],
+            status=JobStatus(data["status"]),
+            reason=Reason(data["reason"]) if data.get("reason") else None,
+            output=data.get("output"),
+            error=JobError(error["type"], error["message"], error.get("traceback", "")) if error else None,
+            delay_time_ms=data.get("delayTime"),
+            execution_time_ms=data.get("executionTime"),
+            worker_id=data.get("workerId"),
+            placement=Placement(
+                placement["node"], placement["gpuModel"], tuple(placement["deviceIds"]), placement["simulated"]
+            )
+            if placement
+            else None,
+            retries=data.get("retries", 0),
+            created_at=data.get("createdAt", 0.0),
+            logs=tuple(data.get("logs", ())),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Runpod's job state object, plus flashpoint's fields (reason, placement, retries)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -9,7 +10,7 @@ from flashpoint.jobs import Job, JobStatus
 
 
 class JobStore(Protocol):
-    """Small verbs over job records; implementations: MemoryJobStore (embedded mode)."""
+    """Small verbs over job records: MemoryJobStore (embedded mode) and SQLiteJobStore (server mode)."""
 
     def add(self, job: Job) -> None:
         """Keep a new job; its id must be new."""
@@ -27,4 +28,16 @@ class JobStore(Protocol):
 
     def unfinished(self) -> Iterator[Job]:
         """Jobs not in a terminal state, oldest first (what a restarted plane must queue again)."""
+        ...
+
+    def delete(self, job_id: str) -> None:
+        """Forget a job (its TTL ran out); unknown ids are ignored."""
+        ...
+
+    def expired(self, now: float) -> builtins.list[Job]:
+        """Jobs whose ``expires_at`` is at or before ``now`` (epoch seconds), any status, oldest first."""
+        ...
+
+    def close(self) -> None:
+        """Release files and connections; the store is unusable afterwards."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import itertools
 from collections.abc import Iterator
 
@@ -52,3 +53,12 @@ class MemoryJobStore:
 
     def unfinished(self) -> Iterator[Job]:
         return iter([job for job in self._jobs.values() if not job.status.terminal])
+
+    def delete(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+
+    def expired(self, now: float) -> builtins.list[Job]:
+        return [job for job in self._jobs.values() if job.expires_at <= now]
+
+    def close(self) -> None:
+        self._jobs.clear()
