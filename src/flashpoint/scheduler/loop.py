@@ -23,10 +23,10 @@ from typing import Any
 
 from flashpoint.backends.base import Backend, Launch
 from flashpoint.endpoint import EndpointSpec, ServerlessScalerType, WorkerTarget
-from flashpoint.errors import BackendError, InvalidEndpointError, NotFoundError
+from flashpoint.errors import BackendError, InvalidEndpointError, InvalidTransitionError, NotFoundError
 from flashpoint.explain import Code, Explanation, Reason as WaitReason
 from flashpoint.gpus import describe
-from flashpoint.jobs import Job, JobError, JobStatus, JobView, Placement, Reason
+from flashpoint.jobs import DEFAULT_TTL_MS, TERMINAL, Job, JobError, JobStatus, JobView, Placement, Reason
 from flashpoint.scheduler.inventory import Device, Holder, Inventory
 from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
 from flashpoint.store.base import JobStore
@@ -41,6 +41,15 @@ MAX_START_ATTEMPTS = 5
 MAX_RETRIES = 1
 #: log lines kept per job
 MAX_JOB_LOG_LINES = 1000
+
+
+_REASON_TEXT = {
+    Reason.CANCELLED: "cancelled before it finished",
+    Reason.SHUTDOWN: "the control plane shut down before the job finished",
+    Reason.PURGED: "removed from the queue by purge-queue",
+    Reason.QUEUE_TTL_EXPIRED: "waited in the queue past its TTL",
+    Reason.TTL_EXPIRED: "still running when its TTL ran out",
+}
 
 
 class WorkerState(str, Enum):
@@ -156,6 +165,10 @@ class ControlPlane:
         self.workers: dict[str, Worker] = {}
         self.target_files: dict[str, str] = {}
         self._job_waiters: dict[str, list[Callable[[JobView], None]]] = {}
+        self._stream_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        #: called with the view of every job that reaches a terminal state (webhooks, metrics)
+        self.listeners: list[Callable[[JobView], None]] = []
+        self._next_expiry_check = 0.0
         self._kicked = False
         self._tick_task: asyncio.Task[None] | None = None
         self._closing = False
@@ -272,6 +285,7 @@ class ControlPlane:
         extra: dict[str, Any] | None = None,
         *,
         execution_timeout_ms: int | None = None,
+        ttl_ms: int | None = None,
     ) -> Job:
         ep = self.endpoint(endpoint)
         job = Job(
@@ -280,6 +294,7 @@ class ControlPlane:
             input=payload,
             extra=dict(extra or {}),
             execution_timeout_ms=ep.spec.execution_timeout_ms if execution_timeout_ms is None else execution_timeout_ms,
+            ttl_ms=DEFAULT_TTL_MS if ttl_ms is None else ttl_ms,
         )
         self.store.add(job)
         self._enqueue(ep, job, front=False)
@@ -460,12 +475,90 @@ class ControlPlane:
         self.kick()
 
     def stream(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
-        """A streamed chunk from a generator handler (kept as the job's partial output)."""
+        """A streamed chunk from a generator handler: pending until read through ``read_stream``."""
         self._worker(endpoint, worker_id)
         job = self.store.get(job_id)
-        if job is not None and job.status is JobStatus.IN_PROGRESS and isinstance(body, dict):
-            chunks = job.extra.setdefault("_stream", [])
-            chunks.append(body.get("output"))
+        if job is not None and job.status is JobStatus.IN_PROGRESS and job.worker_id == worker_id:
+            if isinstance(body, dict):
+                job.stream.append(body.get("output"))
+                self._wake_stream(job.id)
+
+    def _wake_stream(self, job_id: str) -> None:
+        for future in self._stream_waiters.pop(job_id, []):
+            if not future.done():
+                future.set_result(None)
+
+    async def read_stream(self, job_id: str, wait_s: float = 0.0) -> tuple[JobView, list[Any]]:
+        """Chunks not yet read (a destructive read), waiting up to ``wait_s`` for one or for the job to end."""
+        job = self.job(job_id)
+        if not job.stream and not job.status.terminal and wait_s > 0:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._stream_waiters.setdefault(job_id, []).append(future)
+            try:
+                await asyncio.wait_for(future, wait_s)
+            except asyncio.TimeoutError:
+                pass
+            job = self.job(job_id)
+        chunks, job.stream = job.stream, []
+        return job.view(), chunks
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # the Runpod client API's verbs beyond submit/cancel: retry, purge, health
+
+    def retry(self, job_id: str) -> Job:
+        """A FAILED or TIMED_OUT job goes back to the queue with the same id; its output and error are dropped."""
+        job = self.job(job_id)
+        if job.status not in (JobStatus.FAILED, JobStatus.TIMED_OUT):
+            raise InvalidTransitionError(
+                f"job {job_id} is {job.status.value}; only FAILED or TIMED_OUT jobs can be retried"
+            )
+        job.move(JobStatus.IN_QUEUE)
+        job.reason = None
+        job.output, job.error = None, None
+        job.worker_id, job.placement = None, None
+        job.started_at, job.finished_at = None, None
+        job.stream = []
+        ep = self.endpoint(job.endpoint)
+        ep.counters["retried"] += 1
+        self.store.update(job)
+        self._enqueue(ep, job, front=False)
+        return job
+
+    def purge(self, endpoint: str) -> int:
+        """Cancel every queued job of the endpoint (running ones go on); returns how many were removed."""
+        ep = self.endpoint(endpoint)
+        removed = 0
+        for job_id in list(ep.queue):
+            job = self.store.get(job_id)
+            if job is not None and job.status is JobStatus.IN_QUEUE:
+                ep.queued -= 1
+                self._finish(job, JobStatus.CANCELLED, Reason.PURGED)
+                removed += 1
+        ep.queue.clear()
+        return removed
+
+    def health(self, endpoint: str) -> dict[str, Any]:
+        """Runpod's ``/health`` body: job counters (completed/failed/retried monotonic) and workers by state."""
+        ep = self.endpoint(endpoint)
+        in_progress = sum(len(w.jobs) for w in ep.workers.values())
+        states = [w.state for w in ep.workers.values()]
+        return {
+            "jobs": {
+                "completed": ep.counters["completed"],
+                "failed": ep.counters["failed"],
+                "inProgress": in_progress,
+                "inQueue": ep.queued,
+                "retried": ep.counters["retried"],
+            },
+            "workers": {
+                "idle": states.count(WorkerState.IDLE),
+                "initializing": states.count(WorkerState.STARTING),
+                "ready": states.count(WorkerState.IDLE) + states.count(WorkerState.RUNNING),
+                "running": states.count(WorkerState.RUNNING),
+                "throttled": 0,
+                "unhealthy": sum(1 for w in ep.workers.values() if w.state is WorkerState.STOPPING and w.retiring),
+            },
+        }
 
     async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
         """Long-poll: job ids this worker must stop (cancelled or timed out)."""
@@ -504,13 +597,8 @@ class ControlPlane:
         job.finished_at = time.time()
         if error is not None:
             job.error = error
-        if status is JobStatus.CANCELLED and job.error is None:
-            job.error = JobError(
-                "Cancelled",
-                "cancelled before it finished"
-                if reason is Reason.CANCELLED
-                else "the control plane shut down before the job finished",
-            )
+        if job.error is None and reason in _REASON_TEXT:
+            job.error = JobError(status.value.title().replace("_", ""), _REASON_TEXT[reason])
         ep = self.endpoints.get(job.endpoint)
         if ep is not None:
             if status is JobStatus.COMPLETED:
@@ -518,13 +606,14 @@ class ControlPlane:
             elif status is JobStatus.FAILED:
                 ep.counters["failed"] += 1
         self.store.update(job)
+        self._wake_stream(job.id)
         callbacks = self._job_waiters.pop(job.id, None)
-        if callbacks:
+        if callbacks or self.listeners:
             view = job.view()
-            for callback in callbacks:
+            for callback in [*(callbacks or ()), *self.listeners]:
                 try:
                     callback(view)
-                except Exception:  # one broken waiter must not keep the others from their result
+                except Exception:  # one broken waiter or listener must not keep the others from the result
                     log.exception("job waiter failed")
 
     # ----------------------------------------------------------------------------------------------------------------
@@ -752,32 +841,47 @@ class ControlPlane:
             worker.stop_waiter.set_result(None)
         for job_id in sorted(worker.jobs):
             job = self.store.get(job_id)
-            if job is None or job.status is not JobStatus.IN_PROGRESS:
-                continue
-            if job.retries < MAX_RETRIES:
-                log.warning("worker %s was lost (exit %s) while running job %s; retrying it", worker_id, code, job_id)
-                job.move(JobStatus.IN_QUEUE)
-                job.retries += 1
-                job.worker_id, job.placement, job.started_at = None, None, None
-                ep.counters["retried"] += 1
-                self.store.update(job)
-                self._enqueue(ep, job, front=True)
-            else:
-                self._finish(
-                    job,
-                    JobStatus.FAILED,
-                    Reason.WORKER_LOST,
-                    JobError(
-                        "WorkerLost",
-                        f"worker {worker_id} exited with code {code} while running the "
-                        f"job, which had already been retried {job.retries} time(s)",
-                    ),
-                )
+            if job is not None and job.status is JobStatus.IN_PROGRESS:
+                self._worker_lost(ep, job, f"worker {worker_id} exited with code {code}")
         if not worker.ever_ready and not expected and not self._closing:
             self._start_failed(ep, worker, code)
         elif not expected:
             log.warning("worker %s of %s exited unexpectedly with code %s", worker_id, ep.spec.name, code)
         self.kick()
+
+    def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
+        """The retry rule: a job whose worker is lost goes back to the front of the queue once, then fails."""
+        if job.retries < MAX_RETRIES:
+            log.warning("%s while running job %s; retrying it", what, job.id)
+            job.move(JobStatus.IN_QUEUE)
+            job.retries += 1
+            job.worker_id, job.placement, job.started_at = None, None, None
+            ep.counters["retried"] += 1
+            self.store.update(job)
+            self._enqueue(ep, job, front=True)
+        else:
+            message = f"{what} while running the job, which had already been retried {job.retries} time(s)"
+            self._finish(job, JobStatus.FAILED, Reason.WORKER_LOST, JobError("WorkerLost", message))
+
+    def recover(self) -> int:
+        """Queue again what an earlier run of this plane left unfinished (a durable store); returns the count.
+
+        Jobs that were IN_PROGRESS lost their worker with the old plane: the retry rule applies to them.
+        """
+        recovered = 0
+        for job in list(self.store.unfinished()):
+            ep = self.endpoints.get(job.endpoint)
+            if ep is None:
+                log.warning(
+                    "job %s belongs to endpoint %r, which this app does not define; left as it is", job.id, job.endpoint
+                )
+                continue
+            if job.status is JobStatus.IN_PROGRESS:
+                self._worker_lost(ep, job, f"the control plane restarted (worker {job.worker_id} is gone)")
+            else:
+                self._enqueue(ep, job, front=False)
+            recovered += 1
+        return recovered
 
     def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None:
         ep.start_failures += 1
@@ -829,8 +933,28 @@ class ControlPlane:
     # ----------------------------------------------------------------------------------------------------------------
     # the clock
 
+    def _expire(self, wall: float) -> None:
+        """TTL: a job still queued or running at ``expires_at`` ends TIMED_OUT; a finished one is deleted (404)."""
+        for job in self.store.expired(wall):
+            if job.status is JobStatus.IN_QUEUE:
+                owner = self.endpoints.get(job.endpoint)
+                if owner is not None:
+                    owner.queued -= 1  # the id stays in the deque and is skipped when reached
+                self._finish(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED)
+            elif job.status is JobStatus.IN_PROGRESS:
+                worker = self.workers.get(job.worker_id or "")
+                self._finish(job, JobStatus.TIMED_OUT, Reason.TTL_EXPIRED)
+                if worker is not None:
+                    self._signal_stop(worker, job.id)
+                    self._after_job(worker)
+            elif job.status in TERMINAL and job.id not in self._job_waiters:
+                self.store.delete(job.id)
+
     def _tick(self, now: float) -> None:
         wall = time.time()
+        if now >= self._next_expiry_check:  # once a second: a store scan, not a per-tick cost
+            self._next_expiry_check = now + 1.0
+            self._expire(wall)
         for ep in self.endpoints.values():
             for worker in list(ep.workers.values()):
                 for job_id in list(worker.jobs):
