@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import select
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -99,3 +103,75 @@ def held_devices(plane: EmbeddedPlane) -> list[dict[str, Any]]:
         return [row for row in plane.plane.fleet_view() if row["worker"] is not None]
 
     return plane.run_sync(read(), timeout=10)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER_GPUS = "NVIDIA_H200:2,NVIDIA_A100_80GB_PCIe:2"
+
+
+@dataclass
+class Served:
+    """A running `flashpoint serve` process: its base URL, API key and process."""
+
+    url: str
+    key: str
+    proc: subprocess.Popen[str]
+    db: Path
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def stop(self, sig: int = 15, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    """Start `python -m flashpoint serve APP --port 0` (real process, real HTTP, SQLite in tmp_path)."""
+    started: list[Served] = []
+
+    def start(*args: str, app: str = "tests/apps/runpod_app.py", db: Path | None = None, key: str = "test-key",
+              env: dict[str, str] | None = None) -> Served:  # fmt: skip
+        db = db or tmp_path / "jobs.db"
+        environment = {
+            **os.environ,
+            "FLASHPOINT_SIMULATED_GPUS": SERVER_GPUS,
+            "FLASHPOINT_API_KEY": key,
+            "FLASHPOINT_STATE_DIR": str(tmp_path / "state"),
+            "FLASHPOINT_TAKE_HOLD_S": "5",
+            "FLASHPOINT_WEBHOOK_RETRY_S": "0.2",
+            **(env or {}),
+        }
+        command = [sys.executable, "-m", "flashpoint", "serve", str(ROOT / app), "--port", "0", "--db", str(db), *args]
+        proc = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        line = ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                line = proc.stdout.readline()
+                if "flashpoint serving" in line:
+                    break
+        match = re.search(r" on (http://\S+) ", line)
+        if match is None:
+            proc.kill()
+            proc.wait(10)
+            raise AssertionError(f"the server did not start (exit {proc.returncode}); last line: {line!r}")
+        served = Served(match.group(1), key, proc, db)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.stop()

@@ -27,6 +27,8 @@ class Settings:
     take_hold_s: float = 20.0
     #: FLASHPOINT_STATE_DIR: where embedded planes announce themselves to `flashpoint explain`
     state_dir: Path = Path("~/.flashpoint").expanduser()
+    #: FLASHPOINT_WEBHOOK_RETRY_S: seconds between webhook attempts (Runpod: 10)
+    webhook_retry_s: float = 10.0
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -45,4 +47,18 @@ class Settings:
             node=env.get("FLASHPOINT_NODE") or socket.gethostname() or "local",
             take_hold_s=take_hold_s,
             state_dir=Path(env.get("FLASHPOINT_STATE_DIR") or "~/.flashpoint").expanduser(),
+            webhook_retry_s=_seconds(env, "FLASHPOINT_WEBHOOK_RETRY_S", 10.0),
         )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, e.g. {default:g}; got {text!r}") from None
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative; got {text}")
+    return value

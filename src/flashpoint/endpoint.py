@@ -12,13 +12,15 @@ import functools
 import inspect
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from flashpoint import codec
+from flashpoint.config import Settings
 from flashpoint.errors import (
+    ConfigError,
     InvalidEndpointError,
     JobCancelledError,
     JobFailedError,
@@ -119,6 +121,17 @@ class Connection(Protocol):
     async def cancel(self, job_id: str) -> JobView: ...
     async def explain_job(self, job_id: str) -> Explanation: ...
     async def explain_endpoint(self, name: str) -> Explanation: ...
+    # declared with `def`: implementations are async generators (`async def ...: yield chunk`)
+    def stream(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
+        """Submit a job to a generator endpoint and yield its decoded chunks; JobFailedError if it fails."""
+        ...
+
+
+@runtime_checkable
+class ServerConnection(Connection, Protocol):
+    """A connection to a flashpoint server (``FLASHPOINT_URL``), which ``Endpoint(id=...)`` clients need."""
+
+    async def check_endpoint(self, name: str) -> None: ...
 
 
 def _connection() -> Connection:
@@ -266,6 +279,9 @@ class Endpoint:
         dependencies, system_dependencies: what the workers need; checked in the worker's environment.
         scaler_type, scaler_value: ``QUEUE_DELAY`` (seconds) or ``REQUEST_COUNT`` (jobs per worker), as in Flash.
 
+    ``Endpoint(id="NAME")``, with no other option, is instead an ``EndpointClient`` of the endpoint NAME served by
+    the flashpoint server at ``FLASHPOINT_URL``, as Flash's ``Endpoint(id=...)``.
+
     Raises:
         InvalidEndpointError: at decoration time, with what to do instead.
 
@@ -275,7 +291,14 @@ class Endpoint:
         ...     return {"ok": True}
     """
 
-    def __init__(self, name: Any = None, /, **options: Any) -> None:
+    spec: EndpointSpec
+
+    # Validation happens in __new__ (there is no __init__) so that Endpoint(id=...) can be typed as an EndpointClient.
+    @overload
+    def __new__(cls, name: None = None, /, *, id: str) -> EndpointClient: ...
+    @overload
+    def __new__(cls, name: Any = None, /, **options: Any) -> Endpoint: ...
+    def __new__(cls, name: Any = None, /, **options: Any) -> Endpoint:
         if callable(name) and not isinstance(name, str):
             raise InvalidEndpointError(
                 "Did you forget parentheses? Use @Endpoint(name='my-endpoint', gpu=GpuGroup.ANY), not a bare @Endpoint"
@@ -292,11 +315,15 @@ class Endpoint:
                 raise InvalidEndpointError("Endpoint: name given twice, positionally and as name=; keep one")
             options["name"] = name
         if options.get("id") is not None:
-            raise InvalidEndpointError(
-                "Endpoint(id=...) is a client of a served endpoint and needs a flashpoint server (FLASHPOINT_URL)"
-            )
+            return _client_for(options)
         options.pop("id", None)
+        self = super().__new__(cls)
         self.spec = _build_spec(options)
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle and copy would call __new__ without the options it validates; rebuild from the spec instead
+        return _endpoint_with_spec, (self.spec,)
 
     def __call__(self, target: Any) -> Any:
         if inspect.isclass(target):
@@ -314,6 +341,12 @@ class Endpoint:
         if inspect.isfunction(target) or inspect.iscoroutinefunction(target) or inspect.ismethod(target):
             return EndpointFunction(self.spec, target)
         raise _fail(self.spec.name, f"@Endpoint decorates a function or a class, not {type(target).__name__}")
+
+
+def _endpoint_with_spec(spec: EndpointSpec) -> Endpoint:
+    endpoint = object.__new__(Endpoint)
+    endpoint.spec = spec
+    return endpoint
 
 
 def _replace(spec: EndpointSpec, **changes: Any) -> EndpointSpec:
@@ -358,6 +391,22 @@ class _Bound:
         conn = await self._connect()
         return await conn.explain_endpoint(self.spec.name)
 
+    async def _stream(self, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
+        conn = await self._connect()
+        async for chunk in _closing(conn.stream(self.spec.name, payload, extra)):
+            yield chunk
+
+
+async def _closing(chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Yield from ``chunks`` and close them (an async generator) when the consumer stops early."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
+
 
 def _extra(init: Any = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"binary_ok": True}
@@ -388,6 +437,22 @@ class EndpointFunction(_Bound, Generic[T]):
     async def run(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Submit a job and return its handle as soon as it is queued."""
         return await self._submit(self._payload(args, kwargs), _extra())
+
+    def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """Run a generator endpoint and yield its chunks as the worker produces them: ``async for x in fn.stream()``.
+
+        Raises:
+            TypeError: at once, if the endpoint is not a generator (``async def`` with ``yield``, or ``def`` with
+                ``yield``), or the arguments do not fit its signature.
+            JobFailedError: while iterating, if the job fails (after the chunks streamed before the failure).
+        """
+        fn = self.__wrapped__
+        if not (inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn)):
+            raise TypeError(
+                f"endpoint {self.spec.name!r} ({fn.__name__}) returns one result and does not stream; "
+                f"use `await {fn.__name__}(...)`, or make it a generator (`yield` each chunk) to stream"
+            )
+        return self._stream(self._payload(args, kwargs), _extra())
 
     def local(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function in this process, with no scheduler: for the user's own unit tests."""
@@ -564,9 +629,143 @@ class JobHandle:
         return f"<Job {self.id} {self._view.status.value}>"
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# Endpoint(id=...): a client of a served endpoint
+
+
+def _client_for(options: dict[str, Any]) -> EndpointClient:
+    endpoint_id = options.pop("id")
+    if options:
+        raise InvalidEndpointError(
+            "Endpoint(id=...) connects to an endpoint served by a flashpoint server (FLASHPOINT_URL); the other "
+            f"options ({', '.join(sorted(options))}) belong to that server's @Endpoint declaration: "
+            f"write Endpoint(id={endpoint_id!r}) alone"
+        )
+    if not isinstance(endpoint_id, str) or not _NAME.match(endpoint_id):
+        raise InvalidEndpointError(
+            "Endpoint(id=...) takes the name of the served endpoint (letters, digits, '.', '_' or '-'), "
+            f"e.g. Endpoint(id='inference'); got {endpoint_id!r}"
+        )
+    return EndpointClient(endpoint_id)
+
+
+class EndpointClient(Endpoint):
+    """``Endpoint(id="NAME")``: a client of the endpoint NAME served by the flashpoint server at ``FLASHPOINT_URL``.
+
+    As Flash's ``Endpoint(id=...)``: the input is sent as the job's input as it is, a JSON object (the served
+    function's keyword arguments). Nothing happens until the first call, which checks that the server serves NAME.
+
+    Example:
+        >>> ep = Endpoint(id="inference")
+        >>> job = await ep.run({"data": {"x": 1}})
+        >>> await job.wait(timeout=60); job.output
+    """
+
+    id: str
+    _conn: ServerConnection | None
+
+    def __new__(cls, id: str) -> EndpointClient:
+        self = object.__new__(cls)
+        self.id = id
+        self._conn = None
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a function that calls another endpoint carries its client: by name only, the connection stays behind
+        return EndpointClient, (self.id,)
+
+    def __call__(self, target: Any) -> Any:
+        raise InvalidEndpointError(
+            f"Endpoint(id={self.id!r}) is a client of a served endpoint and cannot decorate "
+            f"{getattr(target, '__name__', type(target).__name__)}; declare endpoints with @Endpoint(name=..., gpu=...)"
+        )
+
+    def _server(self) -> ServerConnection:
+        """The connection to the server, without I/O; ConfigError when there is no server to talk to."""
+        if self._conn is not None:
+            return self._conn
+        if not Settings.load().url:
+            raise ConfigError(
+                f"Endpoint(id={self.id!r}) is a client of an endpoint served by a flashpoint server: set "
+                "FLASHPOINT_URL to its address (e.g. FLASHPOINT_URL=http://127.0.0.1:8000 for `flashpoint serve "
+                "app.py`) and FLASHPOINT_API_KEY to its key"
+            )
+        conn = _connection()
+        if not isinstance(conn, ServerConnection):
+            raise ConfigError(
+                f"Endpoint(id={self.id!r}) needs a connection to a flashpoint server, but the connection in use "
+                f"({type(conn).__name__}) is an in-process control plane; unset it with flashpoint.server.use(None)"
+            )
+        return conn
+
+    async def _connect(self) -> ServerConnection:
+        if self._conn is None:
+            conn = self._server()
+            await conn.check_endpoint(self.id)
+            self._conn = conn
+        return self._conn
+
+    async def run(self, input: Any) -> JobHandle:
+        """Submit a job with ``input`` as its input and return its handle as soon as it is queued."""
+        conn = await self._connect()
+        return JobHandle(conn, await conn.submit(self.id, input, _extra()))
+
+    async def runsync(self, input: Any, timeout: float | None = None) -> Any:
+        """Submit a job, wait for it and return its output.
+
+        Raises:
+            JobFailedError: the job failed, was cancelled or timed out (with the remote type and traceback).
+            TimeoutError: ``timeout`` seconds passed first; the job goes on.
+        """
+        job = await self.run(input)
+        return await job.result(timeout)
+
+    def stream(self, input: Any) -> AsyncIterator[Any]:
+        """Run a job of a generator endpoint and yield its chunks: ``async for chunk in ep.stream({...})``."""
+        return self._stream(input)
+
+    async def _stream(self, input: Any) -> AsyncIterator[Any]:
+        conn = await self._connect()
+        async for chunk in _closing(conn.stream(self.id, input, _extra())):
+            yield chunk
+
+    def job(self, job_id: str) -> JobHandle:
+        """A handle on an existing job of this endpoint; ``await handle.status()`` fetches its state."""
+        conn = self._server()
+        placeholder = JobView(
+            id=job_id,
+            endpoint=self.id,
+            status=JobStatus.IN_QUEUE,
+            reason=None,
+            output=None,
+            error=None,
+            delay_time_ms=None,
+            execution_time_ms=None,
+            worker_id=None,
+            placement=None,
+            retries=0,
+            created_at=0.0,
+        )
+        return JobHandle(conn, placeholder)
+
+    async def cancel(self, job_id: str) -> str:
+        """Cancel a job (queued or running) and return its status; finished jobs are left as they are."""
+        conn = await self._connect()
+        return (await conn.cancel(job_id)).status.value
+
+    async def explain(self) -> Explanation:
+        """Why this endpoint's jobs wait (or that they don't), per GPU candidate, as the server sees it."""
+        conn = await self._connect()
+        return await conn.explain_endpoint(self.id)
+
+    def __repr__(self) -> str:
+        return f"<Endpoint id={self.id!r} (served)>"
+
+
 __all__ = [
     "Endpoint",
     "EndpointClass",
+    "EndpointClient",
     "EndpointFunction",
     "EndpointSpec",
     "JobHandle",

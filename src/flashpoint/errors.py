@@ -6,6 +6,7 @@
     │  └─ UnknownGPUError        a GPU name that is in no table; carries close matches
     ├─ NotFoundError             unknown job, endpoint or worker id
     ├─ InvalidTransitionError    a job status move that TRANSITIONS forbids
+    ├─ BadInputError             an HTTP request the API cannot accept (its ``code`` says which check failed)
     ├─ JobFailedError            raised by ``await fn(...)``/``job.wait()``; remote type, message, traceback
     │  ├─ JobCancelledError      the job was cancelled
     │  └─ JobTimeoutError        the job ended TIMED_OUT
@@ -112,6 +113,17 @@ class JobTimeoutError(JobFailedError):
     """The job ended TIMED_OUT (execution timeout or queue TTL)."""
 
     code = "job_timed_out"
+
+
+class BadInputError(Error):
+    """A request the API cannot accept: malformed JSON, wrong types, input that does not fit the function."""
+
+    code = "bad_input"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code  # type: ignore[misc]
 
 
 class BackendError(Error):

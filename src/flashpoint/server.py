@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
+import ipaddress
 import json
 import logging
 import os
@@ -16,17 +18,26 @@ import secrets
 import socket
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from flashpoint import codec
 from flashpoint.backends.local import LocalBackend, python_env
 from flashpoint.config import Settings
-from flashpoint.endpoint import Connection, EndpointSpec, WorkerTarget
-from flashpoint.errors import ConfigError
+from flashpoint.endpoint import (
+    Connection,
+    EndpointClass,
+    EndpointFunction,
+    EndpointSpec,
+    WorkerTarget,
+    _failure as job_failure,
+    _target_for,
+)
+from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.explain import Explanation
 from flashpoint.fleet import discover
-from flashpoint.jobs import JobView
+from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.store.memory import MemoryJobStore
 
@@ -84,8 +95,8 @@ class EmbeddedPlane:
     async def _main(self) -> None:
         import uvicorn
         from starlette.applications import Starlette
+        from starlette.routing import Mount
 
-        from flashpoint.api.native import native_routes
         from flashpoint.api.workers import worker_routes
 
         self._stop = asyncio.Event()
@@ -100,7 +111,9 @@ class EmbeddedPlane:
             parent_pid=os.getpid(),
             node=self.settings.node,
         )
-        app = Starlette(routes=[*worker_routes(self.plane), *native_routes(self.plane, (self.api_key,))])
+        # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
+        native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))
+        app = Starlette(routes=[*worker_routes(self.plane), native])
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # accepted connections inherit TCP_NODELAY: without it, small responses wait on delayed ACKs (~40 ms)
@@ -229,6 +242,35 @@ class EmbeddedPlane:
     async def explain_endpoint(self, name: str) -> Explanation:
         return await self._compute(lambda: self.plane.explain_endpoint(name))
 
+    async def stream(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
+        """Submit, then yield each chunk a generator endpoint produces as it arrives."""
+        view = await self.submit(endpoint, payload, extra)
+        while True:
+            read = asyncio.run_coroutine_threadsafe(self.plane.read_stream(view.id, 25.0), self.loop)
+            state, chunks = await asyncio.wrap_future(read)
+            for chunk in chunks:
+                yield codec.decode_value(chunk)
+            if state.status.terminal and not chunks:
+                if state.status is not JobStatus.COMPLETED:
+                    raise job_failure(state)
+                return
+
+
+class _LazyNativeApp:
+    """The native /v1 app, built on its first request: the embedded plane does not pay FastAPI's import at start."""
+
+    def __init__(self, plane: ControlPlane, api_keys: tuple[str, ...]) -> None:
+        self._plane = plane
+        self._keys = api_keys
+        self._app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._app is None:
+            from flashpoint.api.native import create_native_app
+
+            self._app = create_native_app(self._plane, self._keys)
+        await self._app(scope, receive, send)
+
 
 def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
     if future.done():
@@ -274,11 +316,11 @@ def connection() -> Connection:
         if _current is not None and not getattr(_current, "closed", False):
             return _current
         settings = Settings.load()
-        if settings.url:
-            raise ConfigError(
-                f"FLASHPOINT_URL={settings.url} is set, but this flashpoint has no client mode yet; "
-                "unset FLASHPOINT_URL to run endpoints in this process"
-            )
+        if settings.url:  # client mode: the same decorated calls go to that server
+            from flashpoint.client import HTTPConnection
+
+            _current = HTTPConnection(settings.url, settings.api_key)
+            return _current
         _show_worker_output()
         plane = EmbeddedPlane(settings).start()
         atexit.register(plane.close)
@@ -291,3 +333,146 @@ def use(conn: Connection | None) -> None:
     global _current
     with _lock:
         _current = conn
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Server mode: `flashpoint serve APP`
+
+
+def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[Any], None]:
+    """Checks that a job's input fits the function's parameters (or the named method's), before it is stored."""
+    name = handle.spec.name
+
+    def fail(message: str) -> BadInputError:
+        return BadInputError(f"endpoint {name!r}: {message}", code="bad_input")
+
+    def bind(signature: inspect.Signature, payload: Any, *leading: Any) -> None:
+        if not isinstance(payload, dict):
+            raise fail(f"input must be a JSON object of keyword arguments for {name}{signature}, e.g. "
+                       f'{{"input": {{"data": ...}}}}; got {type(payload).__name__}')  # fmt: skip
+        try:
+            signature.bind(*leading, **payload)
+        except TypeError as exc:
+            raise fail(f"input does not fit {name}{signature}: {exc}") from None
+
+    if isinstance(handle, EndpointClass):
+        cls, methods = handle.__wrapped__, handle.spec.methods
+
+        def check_method(payload: Any) -> None:
+            params = dict(payload) if isinstance(payload, dict) else payload
+            method = params.pop("method", None) if isinstance(params, dict) else None
+            if method is None and len(methods) > 1:
+                raise fail(f'name a method in "method" ({", ".join(methods)}), e.g. {{"method": "{methods[0]}", ...}}')
+            method = method or methods[0]
+            if method not in methods:
+                raise fail(f"unknown method {method!r}; methods: {', '.join(methods)}")
+            bind(inspect.signature(getattr(cls, method)), params, None)
+
+        return check_method
+    signature = inspect.signature(handle.__wrapped__)
+    return lambda payload: bind(signature, payload)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Server:
+    """``flashpoint serve``: the app's endpoints behind Runpod's HTTP API, with a durable SQLite job store."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        settings: Settings,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        db: str | os.PathLike[str] = ".flashpoint/jobs.db",
+        api_keys: tuple[str, ...] = (),
+        max_body_bytes: int = 10 * 1024 * 1024,
+        allow_pickle: bool = False,
+    ) -> None:
+        if not api_keys and not _loopback(host):
+            raise ConfigError(
+                f"refusing to listen on {host} without an API key: anyone who can reach it could run jobs. "
+                "Set FLASHPOINT_API_KEY=<key> (or pass --api-key KEY), or serve on 127.0.0.1"
+            )
+        self.target = target
+        self.settings = settings
+        self.host, self.port, self.db = host, port, db
+        self.api_keys = api_keys
+        self.max_body_bytes = max_body_bytes
+        self.allow_pickle = allow_pickle
+
+    def run(self) -> None:
+        """Load the app, serve until SIGINT/SIGTERM, then stop the workers and put their jobs back in the queue."""
+        import uvicorn
+
+        from flashpoint.api.app import create_app
+        from flashpoint.api.runpod import Intake
+        from flashpoint.discovery import load_endpoints
+        from flashpoint.store.sqlite import SQLiteJobStore
+
+        handles = load_endpoints(self.target)
+        devices = discover(self.settings.simulated_gpus, node=self.settings.node)
+        store = SQLiteJobStore(self.db)
+        plane = ControlPlane(
+            store,
+            LocalBackend(devices),
+            worker_key=secrets.token_urlsafe(24),
+            take_hold_s=self.settings.take_hold_s,
+            worker_env=python_env(),
+            parent_pid=os.getpid(),
+            node=self.settings.node,
+            requeue_on_close=True,
+        )
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((self.host, self.port))
+        port = sock.getsockname()[1]
+        # local workers reach a wildcard-bound server on loopback
+        worker_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        plane.base_url = f"http://{'[' + worker_host + ']' if ':' in worker_host else worker_host}:{port}"
+
+        async def startup() -> None:
+            await plane.start()
+            for handle in handles.values():
+                plane.register(handle.spec, _target_for(handle.__wrapped__))
+            recovered = plane.recover()
+            print(
+                f"flashpoint serving {', '.join(handles)} on http://{self.host}:{port} "
+                f"(fleet: {plane.fleet_summary()}; jobs in {self.db}; {recovered} unfinished job(s) recovered)",
+                flush=True,
+            )
+
+        async def shutdown() -> None:
+            await plane.close()
+            store.close()
+
+        app = create_app(
+            plane,
+            api_keys=self.api_keys,
+            intake=Intake({name: input_checker(h) for name, h in handles.items()}, allow_pickle=self.allow_pickle),
+            max_body_bytes=self.max_body_bytes,
+            webhook_retry_delay_s=self.settings.webhook_retry_s,
+            on_startup=startup,
+            on_shutdown=shutdown,
+        )
+
+        class _Uvicorn(uvicorn.Server):
+            async def shutdown(self, sockets: Any = None) -> None:
+                # Stop workers and answer their long-polls first, so uvicorn finds no request left to cancel.
+                await plane.close()
+                await super().shutdown(sockets)
+
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, timeout_keep_alive=120, timeout_graceful_shutdown=3
+        )
+        _Uvicorn(config).run(sockets=[sock])

@@ -1,69 +1,165 @@
-"""Read-only native routes of a control plane under /v1: fleet, endpoints, jobs and their explanations."""
+"""flashpoint's own read API, served under /v1: fleet, endpoints, jobs, their logs and their explanations.
+
+Routes are thin: an unknown job or endpoint raises ``NotFoundError`` in the plane, which ``api/errors.py`` turns
+into a 404 with code ``not_found``; a bad query parameter is a 400 with code ``bad_request``.
+"""
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from typing import TYPE_CHECKING, Annotated, Any
 
-from flashpoint.api.workers import error_response, json_response, key_matches
-from flashpoint.errors import NotFoundError
+from fastapi import APIRouter, Depends, FastAPI, Query
+from starlette.responses import Response
+
+from flashpoint.api import errors, schemas
+from flashpoint.api.deps import Plane, require_api_key
+from flashpoint.api.workers import json_response
+from flashpoint.gpus import describe
+from flashpoint.jobs import JobStatus
 from flashpoint.scheduler.loop import ControlPlane
 
+if TYPE_CHECKING:
+    from flashpoint.api.metrics import PlaneMetrics
 
-def native_routes(plane: ControlPlane, keys: tuple[str, ...]) -> list[Route]:
-    def denied(request: Request) -> Response | None:
-        if key_matches(request.headers.get("authorization"), keys):
-            return None
-        return error_response(401, "unauthorized", "send the API key as Authorization: Bearer KEY")
+#: the longest a client may hold GET /jobs/{id}/wait open, in seconds
+MAX_WAIT_S = 60.0
 
-    async def fleet(request: Request) -> Response:
-        if (bad := denied(request)) is not None:
-            return bad
-        return json_response({"devices": plane.fleet_view(), "summary": plane.fleet_summary()})
+_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": schemas.ErrorBody, "description": "missing or wrong API key (code `unauthorized`)"},
+}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": schemas.ErrorBody, "description": "no such job or endpoint (code `not_found`)"},
+}
+_BAD_REQUEST: dict[int | str, dict[str, Any]] = {
+    400: {"model": schemas.ErrorBody, "description": "a query parameter is invalid (code `bad_request`)"},
+}
 
-    async def endpoints(request: Request) -> Response:
-        if (bad := denied(request)) is not None:
-            return bad
-        body = []
-        for name, ep in plane.endpoints.items():
-            body.append(
-                {
-                    "name": name,
-                    "gpu": ep.spec.describe_gpu(),
-                    "workersMin": ep.spec.workers_min,
-                    "workersMax": ep.spec.workers_max,
-                    "queueDepth": ep.queued,
-                    "workers": [w.to_json() for w in ep.workers.values()],
-                    "explanation": plane.explain_endpoint(name).to_json(),
-                }
-            )
-        return json_response({"endpoints": body})
+router = APIRouter(tags=["native"], dependencies=[Depends(require_api_key)], responses=_UNAUTHORIZED)
 
-    async def explain_endpoint(request: Request) -> Response:
-        if (bad := denied(request)) is not None:
-            return bad
-        try:
-            return json_response(plane.explain_endpoint(request.path_params["name"]).to_json())
-        except NotFoundError as exc:
-            return error_response(404, exc.code, str(exc))
 
-    async def job(request: Request) -> Response:
-        if (bad := denied(request)) is not None:
-            return bad
-        try:
-            found = plane.job(request.path_params["job_id"])
-        except NotFoundError as exc:
-            return error_response(404, exc.code, str(exc))
-        body = found.view().to_json()
-        body["endpoint"] = found.endpoint
-        body["logs"] = list(found.logs)
-        body["explanation"] = plane.explain_job(found.id).to_json()
-        return json_response(body)
+def endpoint_body(plane: ControlPlane, name: str) -> dict[str, Any]:
+    """``GET /v1/endpoints/{name}``: the endpoint's options, queue, workers, counters and explanation."""
+    ep = plane.endpoint(name)
+    spec = ep.spec
+    return {
+        "name": name,
+        "gpu": spec.describe_gpu(),
+        "candidates": [describe(c) for c in spec.candidates],
+        "cpu": spec.cpu,
+        "gpuCount": spec.gpu_count,
+        "workersMin": spec.workers_min,
+        "workersMax": spec.workers_max,
+        "idleTimeout": spec.idle_timeout_s,
+        "executionTimeoutMs": spec.execution_timeout_ms,
+        "maxConcurrency": spec.max_concurrency,
+        "scalerType": spec.scaler_type.value,
+        "scalerValue": spec.scaler_value,
+        "queueDepth": ep.queued,
+        "workers": [w.to_json() for w in ep.workers.values()],
+        "counters": dict(ep.counters),
+        "explanation": plane.explain_endpoint(name).to_json(),
+    }
 
-    return [
-        Route("/v1/fleet", fleet, methods=["GET"]),
-        Route("/v1/endpoints", endpoints, methods=["GET"]),
-        Route("/v1/endpoints/{name}/explain", explain_endpoint, methods=["GET"]),
-        Route("/v1/jobs/{job_id}", job, methods=["GET"]),
-    ]
+
+def job_body(plane: ControlPlane, job_id: str) -> dict[str, Any]:
+    """``GET /v1/jobs/{id}``: every field of the job, its log lines and its explanation."""
+    body = plane.job(job_id).view().to_native()
+    body["explanation"] = plane.explain_job(job_id).to_json()
+    return body
+
+
+@router.get("/fleet", response_model=schemas.Fleet, summary="The fleet's devices and who holds them")
+async def get_fleet(plane: Plane) -> Response:
+    return json_response({"devices": plane.fleet_view(), "summary": plane.fleet_summary()})
+
+
+@router.get("/endpoints", response_model=schemas.Endpoints, summary="Every endpoint, its workers and why it waits")
+async def list_endpoints(plane: Plane) -> Response:
+    return json_response({"endpoints": [endpoint_body(plane, name) for name in list(plane.endpoints)]})
+
+
+@router.get("/endpoints/{name}", response_model=schemas.Endpoint, responses=_NOT_FOUND, summary="One endpoint")
+async def get_endpoint(name: str, plane: Plane) -> Response:
+    return json_response(endpoint_body(plane, name))
+
+
+@router.get(
+    "/endpoints/{name}/explain",
+    response_model=schemas.Explanation,
+    responses=_NOT_FOUND,
+    summary="What an endpoint waits for",
+)
+async def explain_endpoint(name: str, plane: Plane) -> Response:
+    return json_response(plane.explain_endpoint(name).to_json())
+
+
+@router.get("/jobs", response_model=schemas.Jobs, responses=_BAD_REQUEST, summary="Jobs, newest first")
+async def list_jobs(
+    plane: Plane,
+    endpoint: Annotated[str | None, Query(description="only this endpoint's jobs")] = None,
+    status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="at most this many jobs")] = 100,
+) -> Response:
+    jobs = []
+    for job in plane.store.list(endpoint=endpoint, status=status, limit=limit):
+        body = job.view().to_native()
+        del body["logs"]
+        jobs.append(body)
+    return json_response({"jobs": jobs})
+
+
+@router.get("/jobs/{job_id}", response_model=schemas.Job, responses=_NOT_FOUND, summary="One job, with its logs")
+async def get_job(job_id: str, plane: Plane) -> Response:
+    return json_response(job_body(plane, job_id))
+
+
+@router.get(
+    "/jobs/{job_id}/explain", response_model=schemas.Explanation, responses=_NOT_FOUND, summary="What a job waits for"
+)
+async def explain_job(job_id: str, plane: Plane) -> Response:
+    return json_response(plane.explain_job(job_id).to_json())
+
+
+@router.get("/jobs/{job_id}/logs", response_model=schemas.JobLogs, responses=_NOT_FOUND, summary="A job's log lines")
+async def job_logs(job_id: str, plane: Plane) -> Response:
+    job = plane.job(job_id)
+    return json_response({"id": job.id, "logs": list(job.logs)})
+
+
+@router.get(
+    "/jobs/{job_id}/wait",
+    response_model=schemas.Job,
+    responses={**_NOT_FOUND, **_BAD_REQUEST},
+    summary="Hold until the job ends or the timeout passes, then return it",
+    description="Answers as soon as the job is COMPLETED, FAILED, CANCELLED or TIMED_OUT. When `timeout` seconds "
+    "pass first, it answers 200 with the job as it is then: check `status`.",
+)
+async def wait_job(
+    job_id: str,
+    plane: Plane,
+    timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="seconds to wait at most")] = 30.0,
+) -> Response:
+    try:
+        await plane.wait(job_id, timeout)
+    except TimeoutError:
+        pass
+    return json_response(job_body(plane, job_id))
+
+
+def create_native_app(
+    plane: ControlPlane, api_keys: tuple[str, ...] = (), *, metrics: PlaneMetrics | None = None
+) -> FastAPI:
+    """The native routes as an app of their own, to mount at /v1; with ``metrics``, it serves ``/metrics`` too.
+
+    A mounted app has its own ``state`` and exception handlers, so both are set here.
+    """
+    app = FastAPI(title="flashpoint native API", docs_url=None, redoc_url=None)
+    app.state.plane = plane
+    app.state.api_keys = tuple(api_keys)
+    errors.install(app)
+    app.include_router(router)
+    if metrics is not None:
+        from flashpoint.api.metrics import metrics_route
+
+        app.router.routes.append(metrics_route(metrics))
+    return app

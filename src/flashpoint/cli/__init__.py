@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from flashpoint._version import __version__
-from flashpoint.cli import explain, gpus
+from flashpoint.cli import explain, gpus, serve
 from flashpoint.errors import Error
 
 __all__ = ["app", "main"]
@@ -27,6 +27,7 @@ app = typer.Typer(
 )
 app.command("gpus")(gpus.gpus)
 app.command("explain")(explain.explain)
+app.command("serve")(serve.serve)
 
 
 def _version(value: bool) -> None:

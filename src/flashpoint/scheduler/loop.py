@@ -148,6 +148,7 @@ class ControlPlane:
         worker_env: dict[str, str] | None = None,
         parent_pid: int | None = None,
         node: str = "local",
+        requeue_on_close: bool = False,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -159,6 +160,8 @@ class ControlPlane:
         self.worker_env = dict(worker_env or {})
         self.parent_pid = parent_pid
         self.base_url = ""
+        #: a durable plane puts running jobs back in the queue when it closes; an embedded one cancels them
+        self.requeue_on_close = requeue_on_close
         self.node = node
         self.devices: list[Device] = backend.devices()
         self.endpoints: dict[str, EndpointState] = {}
@@ -181,7 +184,9 @@ class ControlPlane:
         self._tick_task = asyncio.create_task(self._ticker())
 
     async def close(self) -> None:
-        """Stop every worker and end unfinished jobs (embedded mode keeps jobs only for its process)."""
+        """Stop every worker; requeue (durable) or cancel (embedded) their jobs. A second call does nothing."""
+        if self._closing:
+            return
         self._closing = True
         if self._tick_task is not None:
             self._tick_task.cancel()
@@ -191,13 +196,19 @@ class ControlPlane:
             for job_id in list(worker.jobs):  # async handlers are cancelled through job-stop before SIGTERM
                 job = self.store.get(job_id)
                 if job is not None and job.status is JobStatus.IN_PROGRESS:
-                    self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
+                    if self.requeue_on_close:  # interrupted, not failed: it runs again after a restart
+                        job.move(JobStatus.IN_QUEUE)
+                        job.worker_id, job.placement, job.started_at = None, None, None
+                        self.store.update(job)
+                    else:
+                        self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
                 self._signal_stop(worker, job_id)
             self._mark_stopping(worker)
         await asyncio.sleep(0)  # let the stop long-polls answer before the signals go out
         await self.backend.close()
-        for job in list(self.store.unfinished()):
-            self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
+        if not self.requeue_on_close:
+            for job in list(self.store.unfinished()):
+                self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
 
     async def _ticker(self) -> None:
         while True:
@@ -500,6 +511,8 @@ class ControlPlane:
                 pass
             job = self.job(job_id)
         chunks, job.stream = job.stream, []
+        if chunks:
+            self.store.update(job)
         return job.view(), chunks
 
     # ----------------------------------------------------------------------------------------------------------------
@@ -828,6 +841,8 @@ class ControlPlane:
             job = self.store.get(job_id)
             if job is not None and len(job.logs) < MAX_JOB_LOG_LINES:
                 job.logs.append(line)
+                if job.status.terminal:  # a running job's lines are written with its next change
+                    self.store.update(job)
         worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
 
     def _on_exit(self, worker_id: str, code: int) -> None:

@@ -24,6 +24,9 @@ class MemoryJobStore:
         self._jobs[job.id] = job
 
     def update(self, job: Job) -> None:
+        if job.id not in self._jobs:
+            raise StoreError(f"no job with id {job.id!r} to update")
+        self._jobs[job.id] = job  # an existing key keeps its place: dict order stays submission order
         if job.status.terminal:
             self._finished.append(job.id)
             if len(self._finished) > self.max_finished * 2:

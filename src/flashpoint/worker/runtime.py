@@ -22,7 +22,7 @@ import re
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -109,7 +109,7 @@ class Handler:
             self._instances[key] = await asyncio.to_thread(self.target, *args, **kwargs)
         return self._instances[key]
 
-    async def __call__(self, job: dict[str, Any]) -> Any:
+    async def __call__(self, job: dict[str, Any], emit: Emit | None = None) -> Any:
         if self._missing:
             raise HandlerError(
                 f"dependencies not installed in the worker's environment ({sys.executable}): "
@@ -136,13 +136,34 @@ class Handler:
         if inspect.iscoroutinefunction(fn):
             return await fn(*args, **kwargs)
         if inspect.isasyncgenfunction(fn):
-            return [chunk async for chunk in fn(*args, **kwargs)]
+            return await _drain(fn(*args, **kwargs), emit)
         result = await asyncio.to_thread(fn, *args, **kwargs)
         if inspect.isgenerator(result):
-            return list(result)
+            return await _drain(_in_thread(result), emit)
         if inspect.isawaitable(result):
             return await result
         return result
+
+
+#: posts one streamed chunk; generator endpoints call it for every value they yield
+Emit = Callable[[Any], Awaitable[None]]
+
+
+async def _in_thread(generator: Iterator[Any]) -> AsyncIterator[Any]:
+    """A sync generator stepped in a thread, so a slow step never blocks the worker's event loop."""
+    done = object()
+    while (item := await asyncio.to_thread(next, generator, done)) is not done:
+        yield item
+
+
+async def _drain(chunks: AsyncIterator[Any], emit: Emit | None) -> list[Any]:
+    """Stream every chunk as it is produced; the job's output is all of them (Runpod's return_aggregate_stream)."""
+    collected = []
+    async for chunk in chunks:
+        collected.append(chunk)
+        if emit is not None:
+            await emit(chunk)
+    return collected
 
 
 def error_body(exc: BaseException, reason: Reason = Reason.USER_ERROR) -> dict[str, Any]:
@@ -222,7 +243,7 @@ class Runtime:
 
     def __init__(
         self,
-        handler: Callable[[dict[str, Any]], Any],
+        handler: Callable[[dict[str, Any], Emit], Awaitable[Any]],
         urls: Urls,
         api_key: str,
         *,
@@ -282,21 +303,26 @@ class Runtime:
 
     async def _lane(self) -> None:
         job: dict[str, Any] | None = None
+        #: a result not yet acknowledged: posted again (job-done is idempotent), never computed again
+        result: tuple[str, dict[str, Any]] | None = None
         failures = 0
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() or result is not None:
             try:
-                if job is None:
-                    response = await self._poll("GET", f"{self.urls.take}&job_in_progress={int(bool(self.running))}")
-                    job = _job_from(response)
-                    failures = 0
-                    continue
-                body = await self._execute(job)
-                job = await self._post_result(job["id"], body, take_next=not self.stopping.is_set())
+                if result is not None:
+                    job = await self._post_result(*result, take_next=not self.stopping.is_set())
+                    result = None
+                elif job is None:
+                    job = _job_from(
+                        await self._poll("GET", f"{self.urls.take}&job_in_progress={int(bool(self.running))}")
+                    )
+                else:
+                    result = (job["id"], await self._execute(job))
+                    job = None
                 failures = 0
             except asyncio.CancelledError:
-                if self.stopping.is_set():
-                    return
-                raise
+                if not self.stopping.is_set():
+                    raise
+                # stopping cancelled a long-poll; a result it carried is posted once more, without asking for work
             except Exception as exc:  # the control plane is unreachable or answered badly: back off, never spin
                 failures += 1
                 log.warning("worker request failed (%s: %s); retrying", type(exc).__name__, exc)
@@ -323,13 +349,19 @@ class Runtime:
             _current_job.reset(token)
 
     async def _run_handler(self, job: dict[str, Any]) -> dict[str, Any]:
+        binary_ok = bool((job.get("flashpoint") or {}).get("binary_ok"))
+        url = self.urls.stream.replace("$ID", job["id"]) + "&isStream=false"
+
+        async def emit(chunk: Any) -> None:
+            body = json.dumps({"output": codec.encode_value(chunk, binary_ok=binary_ok)}, ensure_ascii=False)
+            _check(await self._request("POST", url, body.encode()))
+
         try:
-            output = await self.handler(job)
+            output = await self.handler(job, emit)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the job boundary: everything the handler raises becomes the job's error
             return error_body(exc)
-        binary_ok = bool((job.get("flashpoint") or {}).get("binary_ok"))
         try:
             return {"output": codec.encode_value(output, binary_ok=binary_ok)}
         except Exception as exc:
@@ -377,15 +409,15 @@ class Runtime:
             await asyncio.sleep(self.ping_interval_s)
 
     async def _watch_parent(self) -> None:
-        # A worker must never outlive the control plane that started it (e.g. after kill -9 of the caller).
+        # A worker must never outlive the control plane that started it (e.g. after kill -9 of the caller). On Linux
+        # the kernel also sends SIGKILL at once (die_with_parent); this loop covers other systems.
         while self.parent_pid is not None:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.5)
             if os.getppid() != self.parent_pid:
+                # Nobody is left to take a result, and a handler blocked in a thread would keep a graceful exit
+                # waiting (and might act after a new plane has requeued its job): leave at once.
                 log.warning("control plane process %s is gone; worker exits", self.parent_pid)
-                self.stop()
-                for task in list(self.running.values()):
-                    task.cancel()
-                return
+                os._exit(1)
 
 
 def _check(response: tuple[int, bytes]) -> bool:
@@ -406,15 +438,29 @@ def _job_from(response: tuple[int, bytes]) -> dict[str, Any] | None:
     return None
 
 
+def die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, and exit now if it already has."""
+    if parent_pid is None:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] | None = None) -> None:
     """Entry point of ``python -m flashpoint.worker``."""
     env = dict(os.environ if env is None else env)
+    parent = env.get("FLASHPOINT_PARENT_PID")
+    die_with_parent(int(parent) if parent else None)
     sys.stdout = TaggedStream(sys.stdout)
     sys.stderr = TaggedStream(sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     target = load_target(import_path, pickle_file)
     dependencies = json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]"))
-    parent = env.get("FLASHPOINT_PARENT_PID")
     runtime = Runtime(
         Handler(target, dependencies),
         Urls.from_env(env),

@@ -1,0 +1,62 @@
+"""The server's FastAPI app: Runpod client routes, worker routes, the native /v1 API and /metrics, all JSON."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from flashpoint._version import __version__
+from flashpoint.api import errors, native, runpod
+from flashpoint.api.limits import BodyLimit
+from flashpoint.api.metrics import PlaneMetrics, metrics_route
+from flashpoint.api.runpod import Intake
+from flashpoint.api.webhooks import Webhooks
+from flashpoint.api.workers import worker_routes
+from flashpoint.scheduler.loop import ControlPlane
+
+
+def create_app(
+    plane: ControlPlane,
+    *,
+    api_keys: tuple[str, ...],
+    intake: Intake,
+    max_body_bytes: int = 10 * 1024 * 1024,
+    webhook_retry_delay_s: float = 10.0,
+    on_startup: Callable[[], Awaitable[None]] | None = None,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> FastAPI:
+    """Build the app over a plane; ``on_startup``/``on_shutdown`` run on the server's loop (start, recover, close)."""
+    webhooks: list[Webhooks] = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if on_startup is not None:
+            await on_startup()
+        webhooks.append(Webhooks(plane, retry_delay_s=webhook_retry_delay_s))
+        try:
+            yield
+        finally:
+            for hooks in webhooks:
+                await hooks.close()
+            if on_shutdown is not None:
+                await on_shutdown()
+
+    app = FastAPI(
+        title="flashpoint",
+        version=__version__,
+        summary="GPU endpoints on your own GPUs: Runpod's API, ordered GPU fallback, explanations.",
+        lifespan=lifespan,
+    )
+    app.state.plane = plane
+    app.state.api_keys = api_keys
+    app.state.intake = intake
+    errors.install(app)
+    app.include_router(runpod.router)
+    app.include_router(native.router, prefix="/v1")
+    metrics = PlaneMetrics(plane)
+    app.router.routes.append(metrics_route(metrics))
+    app.router.routes.extend(worker_routes(plane))
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    return app

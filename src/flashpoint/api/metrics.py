@@ -1,0 +1,153 @@
+"""Prometheus metrics of a control plane: its state read at scrape time, and what finished jobs took, per endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from flashpoint.api.workers import error_response, key_matches
+from flashpoint.jobs import TERMINAL, JobStatus, JobView
+from flashpoint.scheduler.loop import ControlPlane, WorkerState
+
+#: seconds; a job may wait for a cold start (minutes) or run for hours
+DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+EXECUTION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
+
+
+class _PlaneCollector:
+    """Gauges computed from the plane's state when Prometheus scrapes (on the plane's own event loop)."""
+
+    def __init__(self, plane: ControlPlane, finished: dict[tuple[str, str], int]) -> None:
+        self.plane = plane
+        self.finished = finished
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        jobs, queue, workers, devices = self._families()
+        plane = self.plane
+        for name, ep in list(plane.endpoints.items()):
+            running = sum(len(w.jobs) for w in ep.workers.values())
+            jobs.add_metric([name, JobStatus.IN_QUEUE.value], ep.queued)
+            jobs.add_metric([name, JobStatus.IN_PROGRESS.value], running)
+            for status in sorted(TERMINAL, key=lambda s: s.value):
+                jobs.add_metric([name, status.value], self.finished.get((name, status.value), 0))
+            queue.add_metric([name], ep.queued)
+            states = {state.value: 0 for state in WorkerState}
+            for worker in ep.workers.values():
+                states[worker.state.value] += 1
+            for state, count in states.items():
+                workers.add_metric([name, state], count)
+        counts: dict[tuple[str, str, str], int] = {}
+        for row in plane.fleet_view():
+            simulated = "true" if row["simulated"] else "false"
+            for state in ("busy", "free"):
+                counts.setdefault((str(row["model"]), state, simulated), 0)
+            held = "busy" if row["worker"] is not None else "free"
+            counts[(str(row["model"]), held, simulated)] += 1
+        for labels, count in counts.items():
+            devices.add_metric(list(labels), count)
+        return [jobs, queue, workers, devices]
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "flashpoint_jobs",
+                "Jobs by status: IN_QUEUE and IN_PROGRESS now; terminal ones counted since these metrics were attached",
+                labels=["endpoint", "status"],
+            ),
+            GaugeMetricFamily("flashpoint_queue_depth", "Jobs waiting IN_QUEUE", labels=["endpoint"]),
+            GaugeMetricFamily("flashpoint_workers", "Workers by state", labels=["endpoint", "state"]),
+            GaugeMetricFamily(
+                "flashpoint_devices",
+                "GPUs of the fleet by model, busy (held by a worker) or free, real or simulated",
+                labels=["model", "state", "simulated"],
+            ),
+        )
+
+
+class PlaneMetrics:
+    """A plane's metrics in a registry of their own; ``observe`` records each job that reaches a terminal state."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._finished_by_status: dict[tuple[str, str], int] = {}
+        self.registry.register(_PlaneCollector(plane, self._finished_by_status))
+        self.delay = Histogram(
+            "flashpoint_job_delay_seconds",
+            "Time from submit to the start of the job's last run",
+            ["endpoint"],
+            registry=self.registry,
+            buckets=DELAY_BUCKETS,
+        )
+        self.execution = Histogram(
+            "flashpoint_job_execution_seconds",
+            "Time from start to end of finished jobs",
+            ["endpoint"],
+            registry=self.registry,
+            buckets=EXECUTION_BUCKETS,
+        )
+        self.finished = Counter(
+            "flashpoint_jobs_finished",
+            "Jobs that reached a terminal state, by status and reason",
+            ["endpoint", "status", "reason"],
+            registry=self.registry,
+        )
+        self._counters: dict[tuple[str, str, str], Counter] = {}
+        self._delays: dict[str, Histogram] = {}
+        self._executions: dict[str, Histogram] = {}
+        plane.listeners.append(self.observe)
+
+    def observe(self, view: JobView) -> None:
+        """Record a job that reached a terminal state (the plane calls this for every one)."""
+        if not view.status.terminal:
+            return
+        endpoint, status = view.endpoint, view.status.value
+        key = (endpoint, status)
+        self._finished_by_status[key] = self._finished_by_status.get(key, 0) + 1
+        reason = view.reason.value if view.reason is not None else ""
+        counter = self._counters.get((endpoint, status, reason))
+        if counter is None:  # labels() takes a lock and builds a key: once per label set, not once per job
+            counter = self._counters[(endpoint, status, reason)] = self.finished.labels(endpoint, status, reason)
+        counter.inc()
+        if view.delay_time_ms is not None:
+            self._child(self.delay, self._delays, endpoint).observe(view.delay_time_ms / 1000)
+        if view.execution_time_ms is not None:
+            self._child(self.execution, self._executions, endpoint).observe(view.execution_time_ms / 1000)
+
+    @staticmethod
+    def _child(histogram: Histogram, cache: dict[str, Histogram], endpoint: str) -> Histogram:
+        child = cache.get(endpoint)
+        if child is None:
+            child = cache[endpoint] = histogram.labels(endpoint)
+        return child
+
+    def close(self) -> None:
+        """Stop observing the plane's jobs."""
+        if self.observe in self.plane.listeners:
+            self.plane.listeners.remove(self.observe)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric; call it on the plane's event loop."""
+        return generate_latest(self.registry)
+
+
+def metrics_route(metrics: PlaneMetrics) -> Route:
+    """``GET /metrics`` in Prometheus' text format, behind ``app.state.api_keys`` like every other route."""
+
+    async def get_metrics(request: Request) -> Response:
+        # async: the collector reads the plane's state, which only its event loop may touch
+        keys: tuple[str, ...] = getattr(request.app.state, "api_keys", ())
+        if keys and not key_matches(request.headers.get("authorization"), keys):
+            return error_response(401, "unauthorized", "send the API key as Authorization: Bearer KEY")
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return Route("/metrics", get_metrics, methods=["GET"])

@@ -1,0 +1,163 @@
+"""Pydantic models of the native /v1 API's JSON bodies: the OpenAPI schema, and what tests check bodies against."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from flashpoint.explain import Code
+from flashpoint.jobs import JobStatus, Reason
+
+
+class Schema(BaseModel):
+    """Base of every body: camelCase on the wire (``gpu_count`` is ``gpuCount``), snake_case in Python."""
+
+    model_config = ConfigDict(alias_generator=to_camel)
+
+
+class ErrorBody(Schema):
+    """Every error: a stable ``code``, a message saying what to do, and ``error`` (the same text) for Runpod."""
+
+    code: str = Field(examples=["not_found"])
+    message: str
+    error: str | None = None
+
+
+class Device(Schema):
+    """One GPU of the fleet, and the worker and endpoint that hold it (null when free)."""
+
+    node: str
+    index: int
+    name: str = Field(description="the device's NVML name")
+    model: str = Field(description="the catalog model, or the NVML name when unrecognised")
+    pool: str | None = Field(description="the GpuGroup it belongs to")
+    vram_gb: int
+    recognised: bool = Field(description="false: only GpuGroup.ANY can use it")
+    simulated: bool
+    worker: str | None
+    endpoint: str | None
+
+
+class Fleet(Schema):
+    """The control plane's devices and a one-line summary."""
+
+    devices: list[Device]
+    summary: str
+
+
+class WaitReason(Schema):
+    """Why one candidate (or the endpoint) cannot take a worker now."""
+
+    candidate: str
+    code: Code
+    detail: str
+    holders: list[str] = Field(description="endpoints holding the devices, when busy")
+
+
+class Explanation(Schema):
+    """What a job or an endpoint is waiting for, in words and in codes."""
+
+    endpoint: str
+    job_id: str | None
+    status: JobStatus | None
+    summary: str
+    never: bool = Field(description="true: no candidate could fit on this fleet even if every device were free")
+    position: int | None = Field(description="1-based place of the job in its endpoint's queue")
+    queue_depth: int
+    workers: dict[str, int] = Field(description="workers of the endpoint by state (starting, idle, running, ...)")
+    fleet: str
+    reasons: list[WaitReason]
+
+
+class Placement(Schema):
+    """Where a worker (and the jobs it ran) lives: node, GPU model, devices, whether simulated."""
+
+    node: str
+    gpu_model: str | None
+    device_ids: list[int]
+    simulated: bool
+
+
+class Worker(Schema):
+    """One worker of an endpoint."""
+
+    id: str
+    endpoint: str
+    state: str = Field(examples=["IDLE"], description="STARTING, IDLE, RUNNING or STOPPING")
+    jobs: list[str]
+    retiring: bool
+    placement: Placement
+
+
+class Endpoint(Schema):
+    """An endpoint's options, its queue, its workers and why it waits."""
+
+    name: str
+    gpu: str = Field(examples=["NVIDIA H200 > NVIDIA A100 80GB PCIe (x2)"])
+    candidates: list[str] = Field(description="GPU models in the order they are tried")
+    cpu: str | None
+    gpu_count: int
+    workers_min: int
+    workers_max: int
+    idle_timeout: float = Field(description="seconds")
+    execution_timeout_ms: int
+    max_concurrency: int
+    scaler_type: str
+    scaler_value: int
+    queue_depth: int
+    workers: list[Worker]
+    counters: dict[str, int] = Field(description="completed, failed, retried since the plane started")
+    explanation: Explanation
+
+
+class Endpoints(Schema):
+    """Every registered endpoint."""
+
+    endpoints: list[Endpoint]
+
+
+class JobError(Schema):
+    """A job's error: remote exception type, message, traceback text."""
+
+    type: str
+    message: str
+    traceback: str
+
+
+class JobSummary(Schema):
+    """A job as listed: everything but its log lines."""
+
+    id: str
+    endpoint: str
+    status: JobStatus
+    reason: Reason | None
+    output: Any = Field(description="the handler's output (any JSON)")
+    error: JobError | None
+    delay_time: int | None = Field(description="ms from submit to start")
+    execution_time: int | None = Field(description="ms from start to end")
+    worker_id: str | None
+    placement: Placement | None
+    retries: int
+    created_at: float = Field(description="epoch seconds")
+
+
+class Jobs(Schema):
+    """Jobs, newest first."""
+
+    jobs: list[JobSummary]
+
+
+class Job(JobSummary):
+    """One job: every field, its log lines and its explanation."""
+
+    logs: list[str]
+    explanation: Explanation
+
+
+class JobLogs(Schema):
+    """A job's log lines (the lines its handler printed)."""
+
+    id: str
+    logs: list[str]

@@ -1,0 +1,59 @@
+"""``flashpoint serve APP``: serve an app's endpoints behind Runpod's HTTP API, with durable jobs.
+
+Edge module: may import anything in flashpoint, plus typer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flashpoint.config import Settings
+from flashpoint.errors import ConfigError
+from flashpoint.server import Server
+
+
+def serve(
+    app: Annotated[str, typer.Argument(help="The app: path/to/app.py or package.module, optionally :attr.")],
+    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs an API key.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one and prints it).")] = 8000,
+    db: Annotated[Path, typer.Option(help="SQLite file that keeps every accepted job.")] = Path(".flashpoint/jobs.db"),
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option("--api-key", help="An accepted API key (repeat for several); adds to FLASHPOINT_API_KEY."),
+    ] = None,
+    simulated_gpus: Annotated[
+        str | None,
+        typer.Option(help="Simulated devices, e.g. 'NVIDIA_H200:1,NVIDIA_L40S:2' (as FLASHPOINT_SIMULATED_GPUS)."),
+    ] = None,
+    max_body_mb: Annotated[float, typer.Option(help="Largest request body a client may send, in MiB.")] = 10.0,
+    allow_pickle: Annotated[
+        bool,
+        typer.Option(help="Accept pickled (non-JSON) arguments from SDK clients; they can run code on this server."),
+    ] = False,
+) -> None:
+    """Serve the endpoints of APP: Runpod's /v2 API, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    env = dict(os.environ)
+    if simulated_gpus is not None:
+        env["FLASHPOINT_SIMULATED_GPUS"] = simulated_gpus
+    settings = Settings.load(env)
+    keys = [k.strip() for k in (settings.api_key or "").split(",") if k.strip()] + list(api_key or [])
+    if max_body_mb <= 0:
+        raise ConfigError(f"--max-body-mb must be positive, got {max_body_mb}")
+    Server(
+        app,
+        settings=settings,
+        host=host,
+        port=port,
+        db=db,
+        api_keys=tuple(keys),
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        allow_pickle=allow_pickle,
+    ).run()

@@ -1,0 +1,359 @@
+"""Client mode: a ``Connection`` to a flashpoint server over HTTP, used when ``FLASHPOINT_URL`` is set.
+
+Jobs go in through Runpod's ``/v2/{endpoint}/...`` routes and come back through flashpoint's native ``/v1`` API,
+whose job bodies carry everything a ``JobView`` holds (the error's remote type and traceback included). Waiting is a
+long poll (``/v1/jobs/{id}/wait``), streaming too (``/v2/{endpoint}/stream/{id}?wait=...``).
+
+One ``httpx.AsyncClient`` per event loop: the SDK may be driven by several ``asyncio.run`` calls in a row, and an
+httpx client belongs to the loop that opened its connections. Each one is closed when its loop shuts down.
+
+Edge module (L5): flashpoint's domain (L0-L2) and httpx only; never ``flashpoint.api`` or the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from flashpoint import codec
+from flashpoint.endpoint import EndpointSpec, WorkerTarget, _failure
+from flashpoint.errors import (
+    BackendError,
+    BadInputError,
+    ConfigError,
+    Error,
+    InvalidEndpointError,
+    InvalidTransitionError,
+    JobCancelledError,
+    JobFailedError,
+    JobTimeoutError,
+    NotFoundError,
+    StoreError,
+    UnknownGPUError,
+)
+from flashpoint.explain import Explanation
+from flashpoint.jobs import JobStatus, JobView
+
+#: the wire ``code`` of an error body -> the class raised here (the inverse of the server's class -> status table)
+ERRORS_BY_CODE: dict[str, type[Error]] = {
+    cls.code: cls
+    for cls in (
+        Error,
+        ConfigError,
+        InvalidEndpointError,
+        UnknownGPUError,
+        NotFoundError,
+        InvalidTransitionError,
+        BadInputError,
+        JobFailedError,
+        JobCancelledError,
+        JobTimeoutError,
+        BackendError,
+        StoreError,
+    )
+}
+#: codes of requests the server rejected, raised as ``BadInputError`` with that code
+REJECTED_CODES = frozenset({"bad_request", "bad_json", "missing_input", "pickle_not_allowed", "payload_too_large"})
+
+#: longest hold asked of ``/v1/jobs/{id}/wait`` (the server allows 60 s; stay below proxies' idle timeouts)
+WAIT_HOLD_S = 50.0
+#: hold asked of ``/v2/{endpoint}/stream/{id}``, in milliseconds
+STREAM_HOLD_MS = 25_000
+#: job id -> endpoint entries remembered for ``cancel`` (which needs the endpoint in its path)
+_REMEMBERED_JOBS = 4096
+
+
+class HTTPConnection:
+    """A ``Connection`` to the flashpoint server at ``url``: what decorated calls use when ``FLASHPOINT_URL`` is set.
+
+    Args:
+        url: the server's base URL, e.g. ``http://127.0.0.1:8000``.
+        api_key: sent as ``Authorization: Bearer KEY`` (``FLASHPOINT_API_KEY``; of a comma-separated list, the first).
+        timeout_s: how long one request may take, on top of any long-poll hold it asks for.
+
+    ``register`` only checks that the server serves the endpoint: code is never uploaded; the server runs its own.
+    """
+
+    def __init__(self, url: str, api_key: str | None = None, *, timeout_s: float = 30.0) -> None:
+        base = url.strip().rstrip("/")
+        if not base.startswith(("http://", "https://")):
+            raise ConfigError(f"FLASHPOINT_URL must be an http(s) URL such as http://127.0.0.1:8000; got {url!r}")
+        if not timeout_s > 0:
+            raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        self.url = base
+        keys = [part.strip() for part in (api_key or "").split(",") if part.strip()]
+        self.api_key = keys[0] if keys else None
+        self.timeout_s = float(timeout_s)
+        self._clients: dict[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, AsyncGenerator[None, None]]] = {}
+        self._jobs: OrderedDict[str, str] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"<HTTPConnection {self.url}>"
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # one httpx client per event loop
+
+    async def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        for stale in [other for other in self._clients if other.is_closed()]:
+            del self._clients[stale]  # its loop closed it already (see _closed_with_loop)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        client = httpx.AsyncClient(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout_s, pool=None),
+            # many concurrent long polls each hold a connection; past the limit they queue for one (pool=None)
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+        closer = _closed_with_loop(client)
+        self._clients[loop] = (client, closer)
+        await closer.asend(None)  # started: the loop now tracks it and closes it at shutdown (asyncio.run does)
+        return client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client of the running event loop (the others close with their loops)."""
+        entry = self._clients.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # requests
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        hold_s: float = 0.0,
+    ) -> Any:
+        """One request; the JSON answer, or the flashpoint error its error body names."""
+        client = await self._client()
+        timeout = httpx.Timeout(self.timeout_s + hold_s, connect=self.timeout_s, pool=None)
+        try:
+            response = await client.request(method, path, json=body, params=params, timeout=timeout)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise BackendError(
+                f"cannot reach the flashpoint server at {self.url} ({exc or type(exc).__name__}); "
+                "start it with `flashpoint serve app.py`, or unset FLASHPOINT_URL to run endpoints in this process"
+            ) from None
+        except httpx.TimeoutException:
+            raise BackendError(
+                f"the flashpoint server at {self.url} did not answer {method} {path} within "
+                f"{self.timeout_s + hold_s:g}s"
+            ) from None
+        except httpx.TransportError as exc:
+            raise BackendError(
+                f"lost the connection to the flashpoint server at {self.url} during {method} {path}: {exc!r}"
+            ) from None
+        if not response.is_success:
+            raise self._error(response, f"{method} {path}")
+        try:
+            return response.json()
+        except ValueError:
+            raise Error(
+                f"the flashpoint server at {self.url} answered {method} {path} with a body that is not JSON: "
+                f"{response.text[:200]!r}"
+            ) from None
+
+    def _error(self, response: httpx.Response, what: str) -> Error:
+        """The flashpoint error for a non-2xx answer, by its body's ``code``."""
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        code = data.get("code") if isinstance(data, dict) else None
+        message = data.get("message") if isinstance(data, dict) else None
+        if response.status_code == 401 or code == "unauthorized":
+            if self.api_key is None:
+                return ConfigError(
+                    f"the flashpoint server at {self.url} needs an API key; "
+                    "set FLASHPOINT_API_KEY to one of the keys it was started with"
+                )
+            return ConfigError(
+                f"the flashpoint server at {self.url} refused the API key; "
+                "set FLASHPOINT_API_KEY to one of the keys it was started with"
+            )
+        if not isinstance(code, str):
+            return Error(
+                f"the flashpoint server at {self.url} answered {what} with HTTP {response.status_code}: "
+                f"{response.text[:200]!r}"
+            )
+        text = message if isinstance(message, str) and message else f"{code} (HTTP {response.status_code})"
+        return error_for(code, text)
+
+    def _view(self, data: Any) -> JobView:
+        view = JobView.from_native(data)
+        self._remember(view.id, view.endpoint)
+        return view
+
+    def _remember(self, job_id: str, endpoint: str) -> None:
+        self._jobs[job_id] = endpoint
+        self._jobs.move_to_end(job_id)
+        while len(self._jobs) > _REMEMBERED_JOBS:
+            self._jobs.popitem(last=False)
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Connection
+
+    async def check_endpoint(self, name: str) -> None:
+        """Raise ``NotFoundError`` (listing what the server serves) unless the server has endpoint ``name``."""
+        try:
+            await self._request("GET", f"/v1/endpoints/{_seg(name)}")
+        except NotFoundError:
+            served = await self._served()
+            listing = f"it serves {', '.join(served)}" if served else "it serves no endpoint"
+            raise NotFoundError(
+                f"the flashpoint server at {self.url} has no endpoint {name!r} ({listing}); serve the file that "
+                "declares it (`flashpoint serve app.py`), or unset FLASHPOINT_URL to run it in this process"
+            ) from None
+
+    async def _served(self) -> list[str]:
+        try:
+            data = await self._request("GET", "/v1/endpoints")
+        except Error:
+            return []
+        rows = data.get("endpoints", []) if isinstance(data, dict) else data
+        if not isinstance(rows, list):
+            return []
+        return sorted(str(row["name"]) if isinstance(row, dict) else str(row) for row in rows)
+
+    async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None:
+        """Check that the server serves ``spec.name``; the server runs its own code, so nothing is uploaded."""
+        await self.check_endpoint(spec.name)
+
+    async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
+        data = await self._request("POST", f"/v2/{_seg(endpoint)}/run", body={"input": payload, **extra})
+        view = JobView(
+            id=data["id"],
+            endpoint=endpoint,
+            status=JobStatus(data.get("status", JobStatus.IN_QUEUE.value)),
+            reason=None,
+            output=None,
+            error=None,
+            delay_time_ms=None,
+            execution_time_ms=None,
+            worker_id=None,
+            placement=None,
+            retries=0,
+            created_at=time.time(),
+        )
+        self._remember(view.id, endpoint)
+        return view
+
+    async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
+        view = await self.submit(endpoint, payload, extra)
+        return await self.wait(view.id, None)
+
+    async def get(self, job_id: str) -> JobView:
+        return self._view(await self._request("GET", f"/v1/jobs/{_seg(job_id)}"))
+
+    async def wait(self, job_id: str, timeout: float | None) -> JobView:
+        """Long-poll until the job ends; the builtin ``TimeoutError`` once ``timeout`` seconds have passed."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        pause = _Pause()
+        while True:
+            hold = WAIT_HOLD_S if deadline is None else max(0.0, min(deadline - loop.time(), WAIT_HOLD_S))
+            asked = loop.time()
+            data = await self._request(
+                "GET", f"/v1/jobs/{_seg(job_id)}/wait", params={"timeout": _seconds(hold)}, hold_s=hold
+            )
+            view = self._view(data)
+            if view.status.terminal:
+                return view
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout}s (it is {view.status.value})")
+            await pause.unless_held(loop.time() - asked, hold, deadline, loop)
+
+    async def cancel(self, job_id: str) -> JobView:
+        endpoint = self._jobs.get(job_id) or (await self.get(job_id)).endpoint
+        await self._request("POST", f"/v2/{_seg(endpoint)}/cancel/{_seg(job_id)}")
+        return await self.get(job_id)
+
+    async def explain_job(self, job_id: str) -> Explanation:
+        return Explanation.from_json(await self._request("GET", f"/v1/jobs/{_seg(job_id)}/explain"))
+
+    async def explain_endpoint(self, name: str) -> Explanation:
+        return Explanation.from_json(await self._request("GET", f"/v1/endpoints/{_seg(name)}/explain"))
+
+    async def stream(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
+        """Submit a job to a generator endpoint and yield its chunks as they arrive.
+
+        Raises:
+            JobFailedError: (or JobCancelledError, JobTimeoutError) when the job ends without completing, after the
+                chunks it streamed before that.
+        """
+        view = await self.submit(endpoint, payload, extra)
+        path = f"/v2/{_seg(endpoint)}/stream/{_seg(view.id)}"
+        loop = asyncio.get_running_loop()
+        hold = STREAM_HOLD_MS / 1000
+        pause = _Pause()
+        while True:
+            asked = loop.time()
+            data = await self._request("GET", path, params={"wait": str(STREAM_HOLD_MS)}, hold_s=hold)
+            chunks = data.get("stream") or []
+            for chunk in chunks:
+                yield codec.decode_value(chunk.get("output"))
+            status = JobStatus(data["status"])
+            if status.terminal and not chunks:
+                break
+            if not chunks:
+                await pause.unless_held(loop.time() - asked, hold, None, loop)
+        if status is not JobStatus.COMPLETED:
+            raise _failure(await self.get(view.id))
+
+
+def error_for(code: str, message: str) -> Error:
+    """The flashpoint error an error body ``{"code", "message"}`` stands for (``Error`` for codes unknown here)."""
+    kind = ERRORS_BY_CODE.get(code)
+    if kind is BadInputError or code in REJECTED_CODES:
+        return BadInputError(message, code=code)
+    return (kind or Error)(message)
+
+
+class _Pause:
+    """Back off between polls that came back early with nothing new (a server that does not hold long polls)."""
+
+    def __init__(self) -> None:
+        self.delay = 0.05
+
+    async def unless_held(
+        self, took: float, hold: float, deadline: float | None, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        if took >= hold / 2:
+            self.delay = 0.05
+            return
+        pause = self.delay if deadline is None else min(self.delay, max(0.0, deadline - loop.time()))
+        self.delay = min(self.delay * 1.5, 1.0)
+        await asyncio.sleep(pause)
+
+
+async def _closed_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
+    """Suspended at its ``yield`` for the life of the loop; the loop's shutdown (``shutdown_asyncgens``) closes it."""
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
+def _seg(text: str) -> str:
+    """A path segment, quoted."""
+    return quote(text, safe="")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+__all__ = ["ERRORS_BY_CODE", "REJECTED_CODES", "HTTPConnection", "error_for"]

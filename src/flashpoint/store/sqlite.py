@@ -1,0 +1,293 @@
+"""SQLiteJobStore: job records in one SQLite file (WAL), kept across crashes and restarts of the control plane."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from flashpoint.errors import StoreError
+from flashpoint.jobs import TERMINAL, Job, JobError, JobStatus, Placement, Reason
+
+CREATE_JOBS = """
+create table if not exists jobs (
+    seq integer primary key autoincrement,
+    id text unique not null,
+    endpoint text not null,
+    status text not null,
+    created_at real not null,
+    expires_at real not null,
+    data text not null
+)
+"""
+CREATE_JOBS_STATUS = "create index if not exists jobs_status on jobs (status)"
+CREATE_JOBS_ENDPOINT_STATUS = "create index if not exists jobs_endpoint_status on jobs (endpoint, status)"
+CREATE_JOBS_EXPIRES_AT = "create index if not exists jobs_expires_at on jobs (expires_at)"
+
+
+def _migrate_1(conn: sqlite3.Connection) -> None:
+    """Version 1: the jobs table and its indexes."""
+    for statement in (CREATE_JOBS, CREATE_JOBS_STATUS, CREATE_JOBS_ENDPOINT_STATUS, CREATE_JOBS_EXPIRES_AT):
+        conn.execute(statement)
+
+
+#: MIGRATIONS[n - 1] takes a file from schema version n - 1 to n; the version lives in ``PRAGMA user_version``
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1,)
+#: the schema version this code writes
+SCHEMA_VERSION = len(MIGRATIONS)
+
+#: the columns beside ``data``, in the order ``_to_row`` returns them
+COLUMNS = ("id", "endpoint", "status", "created_at", "expires_at")
+_SELECT = "select id, endpoint, status, created_at, data from jobs"
+_INSERT = "insert into jobs (id, endpoint, status, created_at, expires_at, data) values (?, ?, ?, ?, ?, ?)"
+_UPDATE = "update jobs set endpoint = ?, status = ?, created_at = ?, expires_at = ?, data = ? where id = ?"
+_UNFINISHED = tuple(status.value for status in JobStatus if status not in TERMINAL)
+
+#: Job fields kept in ``data`` as JSON gives them back (the others need a type restored)
+_PLAIN = ("extra", "started_at", "finished_at", "worker_id", "output", "retries", "execution_timeout_ms", "ttl_ms")
+_LISTS = ("logs", "stream")
+
+Row = tuple[str, str, str, float, float, str]
+
+
+def _to_row(job: Job) -> Row:
+    """The column values of a job: ``COLUMNS`` then ``data``, the JSON of every other field."""
+    data: dict[str, Any] = {
+        "input": job.input,
+        "reason": job.reason.value if job.reason is not None else None,
+        "placement": None
+        if job.placement is None
+        else {
+            "node": job.placement.node,
+            "gpu_model": job.placement.gpu_model,
+            "device_ids": list(job.placement.device_ids),
+            "simulated": job.placement.simulated,
+        },
+        "error": None
+        if job.error is None
+        else {"type": job.error.type, "message": job.error.message, "traceback": job.error.traceback},
+    }
+    for name in _PLAIN + _LISTS:
+        data[name] = getattr(job, name)
+    try:
+        # ensure_ascii (the default) keeps lone surrogates, which strict UTF-8 text columns would refuse
+        text = json.dumps(data, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            f"job {job.id!r} cannot be stored: {exc}; a job's input, output, extra, logs and stream must be JSON "
+            "(flashpoint.codec wraps other values in its binary envelope)"
+        ) from None
+    return job.id, job.endpoint, job.status.value, job.created_at, job.expires_at, text
+
+
+def _from_row(row: Sequence[Any]) -> Job:
+    """The inverse of ``_to_row`` for a ``_SELECT`` row: ``(id, endpoint, status, created_at, data)``."""
+    job_id, endpoint, status, created_at, text = row
+    data = json.loads(text)
+    # a key missing from ``data`` takes the Job default, so a later version may add fields without a migration
+    fields: dict[str, Any] = {name: data[name] for name in _PLAIN if name in data}
+    fields.update({name: list(data[name]) for name in _LISTS if name in data})
+    if data.get("reason") is not None:
+        fields["reason"] = Reason(data["reason"])
+    if (placement := data.get("placement")) is not None:
+        fields["placement"] = Placement(
+            placement["node"], placement["gpu_model"], tuple(placement["device_ids"]), placement["simulated"]
+        )
+    if (error := data.get("error")) is not None:
+        fields["error"] = JobError(error["type"], error["message"], error.get("traceback", ""))
+    return Job(
+        id=job_id,
+        endpoint=endpoint,
+        input=data.get("input"),
+        status=JobStatus(status),
+        created_at=created_at,
+        **fields,
+    )
+
+
+class SQLiteJobStore:
+    """Job records in a SQLite file: a job accepted is a job kept, across crashes and restarts.
+
+    Durability: WAL with ``synchronous=NORMAL``, and every verb is one autocommitted statement, so a call that
+    returned survives ``kill -9`` of this process (the WAL is replayed on the next open). Power loss or an OS crash
+    may lose the last transactions before a checkpoint (NORMAL does not fsync each commit); the file stays consistent.
+
+    Object identity: the control plane mutates the Job it got from ``add``/``get`` and then calls ``update(job)``,
+    as with MemoryJobStore, whose ``get`` always returns the same object. So this store keeps an identity map of the
+    unfinished jobs it was given or handed out: ``get``, ``list``, ``unfinished`` and ``expired`` return those very
+    objects (SQL is read only on a miss). A terminal ``update`` drops the job from the map: terminal jobs are read
+    from the file, a new object on each read, and a change to one is kept only if it is passed to ``update``.
+    ``delete`` removes a job from both. Fields changed without ``update`` (a log line) reach the file with the
+    job's next ``update``. Only one store (one control plane) should write a file; other processes may read it.
+
+    Values travel as JSON: input, output and extra come back as JSON gives them (lists for tuples, string keys).
+
+    One connection serves every thread, guarded by a lock; each call is short and synchronous.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._live: dict[str, Job] = {}
+        self._conn: sqlite3.Connection | None = self._open(busy_timeout_s)
+
+    def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the directory of the job store {self.path}: {exc}") from None
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise self._open_error(exc) from None
+        try:
+            conn.execute(f"pragma busy_timeout = {max(0, int(busy_timeout_s * 1000))}")
+            conn.execute("pragma journal_mode = wal")
+            conn.execute("pragma synchronous = normal")
+            self._migrate(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._open_error(exc) from None
+            raise
+        return conn
+
+    def _open_error(self, exc: sqlite3.Error) -> StoreError:
+        if "not a database" in str(exc):
+            hint = "the file is not a SQLite database or is corrupt: move it aside or choose another path"
+        else:
+            hint = "check that the path names a file in a directory this process can write"
+        return StoreError(f"cannot open the job store {self.path}: {exc}; {hint}")
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        # an immediate transaction: two processes opening a new file at once do not both create the schema
+        conn.execute("begin immediate")
+        try:
+            version = conn.execute("pragma user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the job store {self.path} has schema version {version}, newer than this flashpoint knows "
+                    f"({SCHEMA_VERSION}); upgrade flashpoint or choose another path"
+                )
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[number - 1](conn)
+                conn.execute(f"pragma user_version = {number}")
+            conn.execute("commit")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("rollback")
+            raise
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # statements (the caller holds the lock)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"the job store {self.path} is closed")
+        return self._conn
+
+    def _fetch(self, what: str, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
+        conn = self._connection()
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"job store {self.path}: cannot {what}: {exc}") from exc
+
+    def _change(self, what: str, sql: str, params: Sequence[Any]) -> int:
+        conn = self._connection()
+        try:
+            return conn.execute(sql, params).rowcount
+        except sqlite3.Error as exc:
+            raise StoreError(f"job store {self.path}: cannot {what}: {exc}") from exc
+
+    def _jobs(self, rows: builtins.list[Any]) -> builtins.list[Job]:
+        """Jobs for rows, the live object where there is one; unfinished jobs read here join the identity map."""
+        jobs = []
+        for row in rows:
+            job = self._live.get(row[0])
+            if job is None:
+                try:
+                    job = _from_row(row)
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise StoreError(f"job store {self.path}: job {row[0]!r} has an unreadable record: {exc}") from exc
+                if not job.status.terminal:
+                    self._live[job.id] = job
+            jobs.append(job)
+        return jobs
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # the JobStore verbs
+
+    def add(self, job: Job) -> None:
+        row = _to_row(job)
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute(_INSERT, row)
+            except sqlite3.IntegrityError:
+                raise StoreError(f"job id {job.id!r} already exists") from None
+            except sqlite3.Error as exc:
+                raise StoreError(f"job store {self.path}: cannot add job {job.id!r}: {exc}") from exc
+            if not job.status.terminal:
+                self._live[job.id] = job
+
+    def update(self, job: Job) -> None:
+        row = _to_row(job)
+        with self._lock:
+            if not self._change(f"update job {job.id!r}", _UPDATE, (*row[1:], job.id)):
+                raise StoreError(f"job store {self.path}: cannot update job {job.id!r}: no such job")
+            if job.status.terminal:
+                self._live.pop(job.id, None)
+            else:
+                self._live[job.id] = job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            job = self._live.get(job_id)
+            if job is not None:
+                return job
+            jobs = self._jobs(self._fetch(f"read job {job_id!r}", f"{_SELECT} where id = ?", (job_id,)))
+            return jobs[0] if jobs else None
+
+    def list(self, *, endpoint: str | None = None, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if endpoint is not None:
+            where.append("endpoint = ?")
+            params.append(endpoint)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status.value)
+        sql = f"{_SELECT}{' where ' + ' and '.join(where) if where else ''} order by seq desc limit ?"
+        with self._lock:
+            return self._jobs(self._fetch("list jobs", sql, (*params, limit)))
+
+    def unfinished(self) -> Iterator[Job]:
+        sql = f"{_SELECT} where status in ({', '.join('?' * len(_UNFINISHED))}) order by seq"
+        with self._lock:
+            return iter(self._jobs(self._fetch("list unfinished jobs", sql, _UNFINISHED)))
+
+    def delete(self, job_id: str) -> None:
+        with self._lock:
+            self._change(f"delete job {job_id!r}", "delete from jobs where id = ?", (job_id,))
+            self._live.pop(job_id, None)
+
+    def expired(self, now: float) -> builtins.list[Job]:
+        with self._lock:
+            return self._jobs(self._fetch("list expired jobs", f"{_SELECT} where expires_at <= ? order by seq", (now,)))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            self._live.clear()
+
+    def __repr__(self) -> str:
+        return f"SQLiteJobStore({self.path!r})"
