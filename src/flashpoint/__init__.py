@@ -9,9 +9,10 @@ async def infer(data: dict) -> dict: ...
 from __future__ import annotations
 
 from flashpoint._version import __version__
-from flashpoint.endpoint import Endpoint, EndpointSpec, JobHandle, ServerlessScalerType
+from flashpoint.endpoint import Endpoint, EndpointClient, EndpointSpec, JobHandle, ServerlessScalerType
 from flashpoint.errors import (
     BackendError,
+    BadInputError,
     ConfigError,
     Error,
     InvalidEndpointError,
@@ -30,6 +31,7 @@ from flashpoint.jobs import JobStatus, JobView, Placement, Reason
 __all__ = [
     # SDK
     "Endpoint",
+    "EndpointClient",
     "EndpointSpec",
     "ServerlessScalerType",
     "__version__",
@@ -46,6 +48,7 @@ __all__ = [
     "GpuType",
     # Errors
     "BackendError",
+    "BadInputError",
     "ConfigError",
     "Error",
     "InvalidEndpointError",

@@ -447,3 +447,28 @@ async def test_values_json_cannot_carry_travel_in_the_binary_encoding(make_plane
         return tuple(reversed(items)), blob[::-1], {1, 2}
 
     assert await reverse((1, "a"), b"xy") == (("a", 1), b"yx", {1, 2})
+
+
+async def test_generator_endpoint_streams_chunks_as_they_are_produced(make_plane, tmp_path: Path) -> None:
+    make_plane("NVIDIA_H200:1")
+    gate = gate_file(tmp_path, "second-chunk")
+
+    @Endpoint(name="tokens", gpu=GpuType.NVIDIA_H200)
+    async def tokens(n: int, gate: str):  # type: ignore[no-untyped-def]
+        import asyncio
+        import os
+
+        yield "first"
+        while not os.path.exists(gate):  # the rest only after the caller saw the first chunk
+            await asyncio.sleep(0.01)
+        for i in range(n):
+            yield i
+
+    seen = []
+    async for chunk in tokens.stream(3, gate):
+        seen.append(chunk)
+        if chunk == "first":
+            open_gate(gate)
+    assert seen == ["first", 0, 1, 2]
+    open_gate(gate)
+    assert await tokens(2, gate) == ["first", 0, 1]  # awaited whole, a generator's output is every chunk
