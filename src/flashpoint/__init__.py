@@ -9,6 +9,7 @@ async def infer(data: dict) -> dict: ...
 from __future__ import annotations
 
 from flashpoint._version import __version__
+from flashpoint.context import current_job
 from flashpoint.endpoint import Endpoint, EndpointClient, EndpointSpec, JobHandle, ServerlessScalerType
 from flashpoint.errors import (
     BackendError,
@@ -35,6 +36,7 @@ __all__ = [
     "EndpointSpec",
     "ServerlessScalerType",
     "__version__",
+    "current_job",
     # Jobs
     "Explanation",
     "JobHandle",

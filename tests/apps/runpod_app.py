@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from flashpoint import Endpoint, GpuGroup, GpuType
+from flashpoint import Endpoint, GpuGroup, GpuType, current_job
 
 
 @Endpoint(name="echo", gpu=GpuGroup.ANY, workers=2, scaler_type="REQUEST_COUNT", scaler_value=1)
@@ -58,3 +58,8 @@ def record(n: int, log: str, gate: str = "") -> int:
 @Endpoint(name="weird", cpu="cpu3c-1-2")
 async def weird() -> set[int]:
     return {1, 2}  # JSON cannot carry a set: HTTP callers get a clear error, SDK callers the set itself
+
+
+@Endpoint(name="passthrough", cpu="cpu3c-1-2")
+async def passthrough(key: str) -> object:
+    return current_job().get(key)

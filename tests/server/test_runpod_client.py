@@ -240,3 +240,9 @@ def test_webhook_is_posted_on_completion_and_retried(server: Served, receiver: R
     body = receiver.wait_for(job.job_id)
     assert body["status"] == "COMPLETED" and body["output"]["payload"] == {"n": 7}
     assert receiver.attempts == 2  # the first attempt got a 500 and was retried
+
+
+def test_s3_config_reaches_the_handler(server: Served) -> None:
+    s3 = {"accessId": "a", "accessSecret": "s", "bucketName": "b", "endpointUrl": "http://127.0.0.1:9"}
+    job = runpod.Endpoint("passthrough").run({"input": {"key": "s3Config"}, "s3Config": s3})
+    assert job.output(timeout=60) == s3

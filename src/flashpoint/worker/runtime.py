@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from flashpoint import codec
+from flashpoint.context import reset_current_job, set_current_job
 from flashpoint.jobs import Reason
 
 log = logging.getLogger("flashpoint.worker")
@@ -335,6 +336,7 @@ class Runtime:
     async def _execute(self, job: dict[str, Any]) -> dict[str, Any]:
         job_id = job["id"]
         token = _current_job.set(job_id)
+        job_token = set_current_job(job)
         task = asyncio.ensure_future(self._run_handler(job))
         self.running[job_id] = task
         try:
@@ -347,6 +349,7 @@ class Runtime:
         finally:
             self.running.pop(job_id, None)
             _current_job.reset(token)
+            reset_current_job(job_token)
 
     async def _run_handler(self, job: dict[str, Any]) -> dict[str, Any]:
         binary_ok = bool((job.get("flashpoint") or {}).get("binary_ok"))
