@@ -292,7 +292,9 @@ def run_status_op(url: str) -> Operation:
     return op
 
 
-async def drive(client: Client, op: Operation, concurrency: int, seconds: float, requests: int | None) -> dict[str, Any]:
+async def drive(
+    client: Client, op: Operation, concurrency: int, seconds: float, requests: int | None
+) -> dict[str, Any]:
     """``concurrency`` coroutines repeat ``op`` until ``seconds`` pass (or ``requests`` ops were started)."""
     tally = Tally()
     started = 0
@@ -346,6 +348,51 @@ async def wait_for_workers(client: Client, url: str, want: int, timeout: float) 
     return ready
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of one process so far, from /proc (None where there is no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes (the server's workers), from /proc; empty where there is no /proc."""
+    found: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(c) for c in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+class CpuMeter:
+    """CPU seconds used during a measurement by the server, by its workers and by this load generator."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.kids = children(pid)
+        self.start = self._read()
+
+    def _read(self) -> dict[str, float | None]:
+        kids = [cpu_seconds(k) for k in self.kids]
+        return {
+            "server": cpu_seconds(self.pid),
+            "workers": sum(k for k in kids if k is not None) if kids else None,
+            "client": time.process_time(),
+        }
+
+    def stop(self) -> dict[str, float | None]:
+        end = self._read()
+        used: dict[str, float | None] = {}
+        for key, begin in self.start.items():
+            finish = end[key]
+            used[f"{key}_cpu_s"] = finish - begin if begin is not None and finish is not None else None
+        return used
+
+
 def start_py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(py_spy).exists():
@@ -377,7 +424,9 @@ async def measure(args: argparse.Namespace, bare: Process, fp: Process, log: Any
                 profiler = start_py_spy(fp.proc.pid, seconds, args.profile / f"{key}.txt")
             print(f"{label}: {args.concurrency} clients, "
                   f"{f'{args.requests} ops' if args.requests else f'{args.duration:g} s'}", file=log)  # fmt: skip
+            meter = CpuMeter(target.proc.pid)
             results[key] = await drive(client, op, args.concurrency, args.duration, args.requests)
+            results[key].update(meter.stop())
             if profiler is not None:
                 try:
                     profiler.wait(30)
@@ -435,6 +484,8 @@ def table(results: dict[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *cells]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
+    lines.append(cpu_table(results))
+    lines.append("")
     run_status = results["run_status"]
     per_job = run_status["http_requests"] / max(1, run_status["ops"] + run_status["errors"])
     lines.append("vs (a): jobs/s over the bare route's requests/s; the target is the issue's >= 0.5x")
@@ -443,6 +494,27 @@ def table(results: dict[str, Any]) -> str:
         f"{r['run_status_http']:.2f}x the bare route's"
     )
     lines.append("latency: (a), (b) one request; (c) from POST /run to the /status that said COMPLETED")
+    return "\n".join(lines)
+
+
+def cpu_table(results: dict[str, Any]) -> str:
+    """Cores busy during each measurement (CPU seconds over wall seconds), and the server's CPU per operation."""
+
+    def cores(row: dict[str, Any], key: str) -> str:
+        value = row.get(f"{key}_cpu_s")
+        return "-" if value is None else f"{value / row['seconds']:.2f}"
+
+    header = ("CPU, cores busy", "server", "workers", "load generator", "server CPU per op")
+    cells: list[tuple[str, ...]] = []
+    for label, key in (("(a) bare", "bare"), ("(b) runsync", "runsync"), ("(c) run + status", "run_status")):
+        row = results[key]
+        server_s = row.get("server_cpu_s")
+        per_op = "-" if server_s is None or not row["ops"] else f"{server_s / row['ops'] * 1e6:,.0f} us"
+        workers = cores(row, "workers") if key != "bare" else "-"
+        cells.append((label, cores(row, "server"), workers, cores(row, "client"), per_op))
+    widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *cells]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 

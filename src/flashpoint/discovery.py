@@ -14,13 +14,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeAlias
 
-from flashpoint.endpoint import EndpointClass, EndpointFunction
+from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import ConfigError
 
 __all__ = ["AnyEndpoint", "load_endpoints", "load_module", "split_target"]
 
 #: what ``@Endpoint`` returns: a function handle or a class handle
-AnyEndpoint: TypeAlias = "EndpointFunction[Any] | EndpointClass"
+AnyEndpoint: TypeAlias = "EndpointFunction[Any] | EndpointClass | EndpointCommand"
+_KINDS = (EndpointFunction, EndpointClass, EndpointCommand)
 
 _FORMS = "path/to/app.py, package.module, or either with :attr naming one endpoint (app.py:infer)"
 
@@ -159,7 +160,7 @@ def load_module(source: str) -> ModuleType:
 def _endpoints_of(module: ModuleType) -> dict[str, AnyEndpoint]:
     found: dict[str, AnyEndpoint] = {}
     for attr, value in vars(module).items():
-        if not isinstance(value, EndpointFunction | EndpointClass):
+        if not isinstance(value, _KINDS):
             continue
         existing = found.get(value.spec.name)
         if existing is not None and existing is not value:
@@ -172,7 +173,7 @@ def _endpoints_of(module: ModuleType) -> dict[str, AnyEndpoint]:
 
 
 def _attr_names(module: ModuleType) -> dict[str, AnyEndpoint]:
-    return {attr: value for attr, value in vars(module).items() if isinstance(value, EndpointFunction | EndpointClass)}
+    return {attr: value for attr, value in vars(module).items() if isinstance(value, _KINDS)}
 
 
 def _select(module: ModuleType, source: str, attr: str) -> dict[str, AnyEndpoint]:
@@ -182,7 +183,7 @@ def _select(module: ModuleType, source: str, attr: str) -> dict[str, AnyEndpoint
             break
         obj = getattr(obj, part)
     else:
-        if isinstance(obj, EndpointFunction | EndpointClass):
+        if isinstance(obj, _KINDS):
             return {obj.spec.name: obj}
         raise ConfigError(
             f"{source}:{attr} is a {type(obj).__name__}, not an endpoint; decorate it with "

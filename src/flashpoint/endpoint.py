@@ -11,6 +11,7 @@ import difflib
 import functools
 import inspect
 import math
+import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ _OPTIONS = (
     "system_dependencies",
     "scaler_type",
     "scaler_value",
+    "worker_command",
+    "worker_cwd",
 )
 
 
@@ -104,10 +107,13 @@ class EndpointSpec:
 
 @dataclass(frozen=True, slots=True)
 class WorkerTarget:
-    """How a worker process loads the endpoint's code: by import path, or from cloudpickle bytes."""
+    """How a worker runs the endpoint: flashpoint's runtime importing it by path or loading cloudpickle bytes, or
+    a command of the user's own (e.g. an unmodified ``runpod.serverless.start`` handler) run in ``cwd``."""
 
     import_path: str | None = None
     pickled: bytes | None = None
+    command: tuple[str, ...] | None = None
+    cwd: str | None = None
 
 
 class Connection(Protocol):
@@ -296,9 +302,15 @@ class Endpoint:
     # Validation happens in __new__ (there is no __init__) so that Endpoint(id=...) can be typed as an EndpointClient.
     @overload
     def __new__(cls, name: None = None, /, *, id: str) -> EndpointClient: ...
+    # an Endpoint with worker_command is a handle of its own kind, not a decorator (mypy wants __new__ to return a
+    # subtype; this overload says what the call really gives)
+    @overload
+    def __new__(  # type: ignore[misc]
+        cls, name: Any = None, /, *, worker_command: Sequence[str], **options: Any
+    ) -> EndpointCommand: ...
     @overload
     def __new__(cls, name: Any = None, /, **options: Any) -> Endpoint: ...
-    def __new__(cls, name: Any = None, /, **options: Any) -> Endpoint:
+    def __new__(cls, name: Any = None, /, **options: Any) -> Any:
         if callable(name) and not isinstance(name, str):
             raise InvalidEndpointError(
                 "Did you forget parentheses? Use @Endpoint(name='my-endpoint', gpu=GpuGroup.ANY), not a bare @Endpoint"
@@ -317,6 +329,13 @@ class Endpoint:
         if options.get("id") is not None:
             return _client_for(options)
         options.pop("id", None)
+        if options.get("worker_command") is not None:
+            return _command_for(options)
+        options.pop("worker_command", None)
+        if options.pop("worker_cwd", None) is not None:
+            raise InvalidEndpointError(
+                "Endpoint: worker_cwd is the working directory of worker_command; give worker_command too"
+            )
         self = super().__new__(cls)
         self.spec = _build_spec(options)
         return self
@@ -369,12 +388,16 @@ class _Bound:
 
     async def _connect(self) -> Connection:
         conn = self._conn
-        if conn is not None:
+        if conn is not None and not getattr(conn, "closed", False):
             return conn
         conn = _connection()
-        await conn.register(self.spec, _target_for(self._target_obj))
+        await conn.register(self.spec, self.worker_target())
         self._conn = conn
         return conn
+
+    def worker_target(self) -> WorkerTarget:
+        """How a worker runs this endpoint."""
+        return _target_for(self._target_obj)
 
     async def _submit(self, payload: Any, extra: dict[str, Any]) -> JobHandle:
         conn = await self._connect()
@@ -731,22 +754,7 @@ class EndpointClient(Endpoint):
 
     def job(self, job_id: str) -> JobHandle:
         """A handle on an existing job of this endpoint; ``await handle.status()`` fetches its state."""
-        conn = self._server()
-        placeholder = JobView(
-            id=job_id,
-            endpoint=self.id,
-            status=JobStatus.IN_QUEUE,
-            reason=None,
-            output=None,
-            error=None,
-            delay_time_ms=None,
-            execution_time_ms=None,
-            worker_id=None,
-            placement=None,
-            retries=0,
-            created_at=0.0,
-        )
-        return JobHandle(conn, placeholder)
+        return JobHandle(self._server(), _placeholder(job_id, self.id))
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job (queued or running) and return its status; finished jobs are left as they are."""
@@ -772,3 +780,91 @@ __all__ = [
     "ServerlessScalerType",
     "WorkerTarget",
 ]
+
+
+def _command_for(options: dict[str, Any]) -> EndpointCommand:
+    command, cwd = options.pop("worker_command"), options.pop("worker_cwd", None)
+    name = options.get("name")
+    if isinstance(command, str) or not isinstance(command, Sequence) or not command:
+        raise _fail(name, f"worker_command must be a list of strings, e.g. ['python', 'handler.py']; got {command!r}")
+    if not all(isinstance(part, str) and part for part in command):
+        raise _fail(name, f"worker_command must hold non-empty strings only, got {command!r}")
+    if cwd is not None and not isinstance(cwd, str | os.PathLike):
+        raise _fail(name, f"worker_cwd must be a directory path, got {cwd!r}")
+    spec = _replace(_build_spec(options), kind="command")
+    return EndpointCommand(spec, WorkerTarget(command=tuple(command), cwd=None if cwd is None else os.fspath(cwd)))
+
+
+class EndpointCommand(_Bound):
+    """``Endpoint(name=..., gpu=..., worker_command=[...])``: workers run a command of your own, such as an unmodified
+    ``runpod.serverless.start`` handler, placed, scaled and explained like any endpoint.
+
+    The command's workers pull jobs with Runpod's worker protocol (flashpoint sets every ``RUNPOD_*`` variable they
+    read). A command starting with ``python`` runs under the control plane's own interpreter. Calls take the job's
+    input as it is: ``await ep.run({...})``, ``await ep.runsync({...})``.
+
+    Example:
+        >>> handler = Endpoint(name="sdxl", gpu=GpuGroup.ADA_24, worker_command=["python", "handler.py"])
+        >>> job = await handler.run({"prompt": "a red fox"})
+    """
+
+    def __init__(self, spec: EndpointSpec, target: WorkerTarget) -> None:
+        super().__init__(spec, target)
+
+    def worker_target(self) -> WorkerTarget:
+        target: WorkerTarget = self._target_obj
+        return target
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return EndpointCommand, (self.spec, self._target_obj)
+
+    def __call__(self, target: Any) -> Any:
+        raise InvalidEndpointError(
+            f"Endpoint {self.spec.name!r} runs worker_command and cannot decorate "
+            f"{getattr(target, '__name__', type(target).__name__)}; assign it instead: "
+            f"handler = Endpoint(name={self.spec.name!r}, ..., worker_command=[...])"
+        )
+
+    async def run(self, input: Any) -> JobHandle:
+        """Submit a job with ``input`` as its input and return its handle as soon as it is queued."""
+        return await self._submit(input, {})
+
+    async def runsync(self, input: Any, timeout: float | None = None) -> Any:
+        """Submit a job, wait for it and return its output (``JobFailedError`` if it failed)."""
+        job = await self.run(input)
+        return await job.result(timeout)
+
+    def stream(self, input: Any) -> AsyncIterator[Any]:
+        """Run a job of a generator handler and yield its chunks as they are produced."""
+        return self._stream(input, {})
+
+    def job(self, job_id: str) -> JobHandle:
+        """A handle on an existing job of this endpoint (connected on its first call)."""
+        return JobHandle(self._conn if self._conn is not None else _connection(), _placeholder(job_id, self.spec.name))
+
+    async def cancel(self, job_id: str) -> str:
+        """Cancel a job (queued or running) and return its status; finished jobs are left as they are."""
+        conn = await self._connect()
+        return (await conn.cancel(job_id)).status.value
+
+    def __repr__(self) -> str:
+        command = " ".join(self._target_obj.command)
+        return f"<Endpoint {self.spec.name!r} command {command!r} gpu={self.spec.describe_gpu()}>"
+
+
+def _placeholder(job_id: str, endpoint: str) -> JobView:
+    """The view of a job known only by id, until ``status()`` fetches it."""
+    return JobView(
+        id=job_id,
+        endpoint=endpoint,
+        status=JobStatus.IN_QUEUE,
+        reason=None,
+        output=None,
+        error=None,
+        delay_time_ms=None,
+        execution_time_ms=None,
+        worker_id=None,
+        placement=None,
+        retries=0,
+        created_at=0.0,
+    )

@@ -28,11 +28,11 @@ from flashpoint.config import Settings
 from flashpoint.endpoint import (
     Connection,
     EndpointClass,
+    EndpointCommand,
     EndpointFunction,
     EndpointSpec,
     WorkerTarget,
     _failure as job_failure,
-    _target_for,
 )
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.explain import Explanation
@@ -444,7 +444,7 @@ class Server:
         async def startup() -> None:
             await plane.start()
             for handle in handles.values():
-                plane.register(handle.spec, _target_for(handle.__wrapped__))
+                plane.register(handle.spec, handle.worker_target())
             recovered = plane.recover()
             print(
                 f"flashpoint serving {', '.join(handles)} on http://{self.host}:{port} "
@@ -459,7 +459,11 @@ class Server:
         app = create_app(
             plane,
             api_keys=self.api_keys,
-            intake=Intake({name: input_checker(h) for name, h in handles.items()}, allow_pickle=self.allow_pickle),
+            intake=Intake(
+                # a command's handler takes any JSON input (as on Runpod); functions are checked by signature
+                {name: input_checker(h) for name, h in handles.items() if not isinstance(h, EndpointCommand)},
+                allow_pickle=self.allow_pickle,
+            ),
             max_body_bytes=self.max_body_bytes,
             webhook_retry_delay_s=self.settings.webhook_retry_s,
             on_startup=startup,

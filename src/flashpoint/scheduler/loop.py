@@ -775,7 +775,7 @@ class ControlPlane:
         )
         self.workers[worker.id] = worker
         ep.workers[worker.id] = worker
-        launch = Launch(worker.id, ep.spec.name, self._argv(ep), self._env(ep, worker), devices)
+        launch = Launch(worker.id, ep.spec.name, self._argv(ep), self._env(ep, worker), devices, ep.target.cwd)
         log.info(
             "starting worker %s for %s on %s",
             worker.id,
@@ -793,6 +793,13 @@ class ControlPlane:
 
     def _argv(self, ep: EndpointState) -> list[str]:
         target = ep.target
+        if target.command is not None:
+            command = list(target.command)
+            if command[0] in ("python", "python3"):  # the plane's interpreter: the one flashpoint is installed in
+                command[0] = self.python
+            if self.parent_pid is None:
+                return command
+            return [self.python, "-m", "flashpoint.worker.launch", "--parent", str(self.parent_pid), "--", *command]
         if target.import_path is not None:
             return [self.python, "-m", "flashpoint.worker", "--import", target.import_path]
         path = self.target_files.get(ep.spec.name)

@@ -30,6 +30,7 @@ from typing import Any, TextIO
 from flashpoint import codec
 from flashpoint.context import reset_current_job, set_current_job
 from flashpoint.jobs import Reason
+from flashpoint.worker.launch import die_with_parent
 
 log = logging.getLogger("flashpoint.worker")
 
@@ -439,19 +440,6 @@ def _job_from(response: tuple[int, bytes]) -> dict[str, Any] | None:
     if isinstance(data, dict) and "id" in data and "input" in data:
         return data
     return None
-
-
-def die_with_parent(parent_pid: int | None) -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, and exit now if it already has."""
-    if parent_pid is None:
-        return
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] | None = None) -> None:
