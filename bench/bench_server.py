@@ -54,7 +54,7 @@ APP = textwrap.dedent(
     from flashpoint import Endpoint, GpuGroup
 
 
-    @Endpoint(name="noop", gpu=GpuGroup.ANY, workers=2, scaler_type="REQUEST_COUNT", scaler_value=1)
+    @Endpoint(name="noop", gpu=GpuGroup.ANY, workers=2, scaler_type="REQUEST_COUNT", scaler_value=1{extra})
     async def noop(**payload: Any) -> dict[str, Any]:
         return payload
     """
@@ -145,9 +145,9 @@ def start_process(command: list[str], env: dict[str, str], marker: str, timeout:
     return Process(match.group(1), proc)
 
 
-def start_flashpoint(tmp: Path) -> Process:
+def start_flashpoint(tmp: Path, max_concurrency: int) -> Process:
     app = tmp / "bench_server_app.py"
-    app.write_text(APP)
+    app.write_text(APP.format(extra=f", max_concurrency={max_concurrency}" if max_concurrency > 1 else ""))
     env = {
         **os.environ,
         "FLASHPOINT_SIMULATED_GPUS": FLEET,
@@ -525,6 +525,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, help="seconds per measurement (default 10; quick 3)")
     parser.add_argument("--requests", type=int, help="a fixed number of operations per measurement instead")
     parser.add_argument("--concurrency", type=int, default=50, help="concurrent clients (default 50)")
+    parser.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=1,
+        help="jobs each of the 2 workers runs at once (default 1, as in the issue; each is one serial round trip)",
+    )
     parser.add_argument("--client", choices=sorted(CLIENTS), default="aiohttp", help="HTTP client (default aiohttp)")
     parser.add_argument("--profile", type=Path, help="py-spy (raw) the server and its workers into this folder")
     parser.add_argument("--overall-timeout", type=float, default=600.0, help="seconds allowed for the whole run")
@@ -534,14 +540,18 @@ def main() -> None:
 
     log = sys.stderr if args.json else sys.stdout
     cpus = os.cpu_count()
-    print(f"flashpoint serve on simulated GPUs ({FLEET}) vs a bare FastAPI route; {cpus} CPUs; "
-          f"Python {sys.version.split()[0]}; client {args.client}", file=log)  # fmt: skip
+    print(
+        f"flashpoint serve on simulated GPUs ({FLEET}) vs a bare FastAPI route; {cpus} CPUs; "
+        f"Python {sys.version.split()[0]}; client {args.client}; {args.concurrency} clients; "
+        f"noop: 2 workers x max_concurrency {args.max_concurrency}",
+        file=log,
+    )
     print(f"note: the load generator, both servers and the workers share these {cpus} CPUs", file=log)
     tmp = Path(tempfile.mkdtemp(prefix="flashpoint-bench-server-"))
     bare = fp = None
     try:
         bare = start_bare()
-        fp = start_flashpoint(tmp)
+        fp = start_flashpoint(tmp, args.max_concurrency)
         results = asyncio.run(asyncio.wait_for(measure(args, bare, fp, log), args.overall_timeout))
     finally:
         for process in (fp, bare):
@@ -557,6 +567,7 @@ def main() -> None:
             "cpus": cpus,
             "concurrency": args.concurrency,
             "client": args.client,
+            "max_concurrency": args.max_concurrency,
         }
         print(json.dumps(body, indent=2))
         return

@@ -60,8 +60,16 @@ class LocalBackend:
                     return
                 on_line(worker_id, name, raw.decode(errors="replace").rstrip("\n"))
 
-        await asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
+        pumps = asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
         code = await proc.wait()
+        # A worker's own children (Runpod's heartbeat process, say) share its pipes and would hold them open: end the
+        # worker's whole process group, then read what is left for a moment.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            await asyncio.wait_for(pumps, 2.0)
+        except asyncio.TimeoutError:
+            pumps.cancel()
         self._procs.pop(worker_id, None)
         self._watchers.pop(worker_id, None)
         on_exit(worker_id, code)

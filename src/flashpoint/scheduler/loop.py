@@ -934,6 +934,8 @@ class ControlPlane:
 
     def _mark_stopping(self, worker: Worker) -> None:
         worker.state = WorkerState.STOPPING
+        if worker.stop_waiter is not None and not worker.stop_waiter.done():
+            worker.stop_waiter.set_result(None)  # answer its job-stop long-poll: the worker can exit at once
         ep = self.endpoints.get(worker.endpoint)
         if ep is not None:
             self._release_takers(ep, worker.id)
