@@ -195,6 +195,7 @@ def test_another_process_sees_the_jobs(open_db: Callable[..., SQLiteJobStore], d
     # Given a job added here, with this store still open
     store = open_db()
     store.add(full_job(1))
+    store.flush()
     # When another process opens the same file, reads it and adds one
     result = run_python(
         """
@@ -220,7 +221,8 @@ def test_another_process_sees_the_jobs(open_db: Callable[..., SQLiteJobStore], d
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_jobs_survive_kill_9(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
-    # Given a process that adds 500 jobs, starts 100 of them, and is killed without closing anything
+    # Given a process that adds 500 jobs, starts 100 of them, flushes in between and at the end, then is killed
+    # without closing anything, after one more change it never flushed
     result = run_python(
         """
         import os, signal, sys
@@ -229,11 +231,15 @@ def test_jobs_survive_kill_9(open_db: Callable[..., SQLiteJobStore], db: Path) -
         store = SQLiteJobStore(sys.argv[1])
         for n in range(500):
             store.add(Job(id=f"job-{n:04d}", endpoint="ep", input={"n": n}, created_at=1000.0 + n))
+            if n % 50 == 0:
+                store.flush()
         for n in range(100):
             job = store.get(f"job-{n:04d}")
             job.move(JobStatus.IN_PROGRESS)
             job.worker_id = "w-1"
             store.update(job)
+        store.flush()
+        store.add(Job(id="never-flushed", endpoint="ep", input={}, created_at=9999.0))
         os.kill(os.getpid(), signal.SIGKILL)
         """,
         str(db),
@@ -315,6 +321,7 @@ def test_a_value_json_cannot_carry_is_refused_and_the_store_goes_on(open_db: Cal
 def test_an_unreadable_record_names_the_job(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     store = open_db()
     store.add(Job(id="bad", endpoint="ep", input=None, status=S.COMPLETED))
+    store.flush()
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.execute('update jobs set data = \'{"reason": "no such reason"}\'')
         conn.commit()
@@ -371,3 +378,16 @@ def test_open_store_paths_and_sqlite_urls(tmp_path: Path, monkeypatch: pytest.Mo
 def test_open_store_refuses_other_urls(url: str) -> None:
     with pytest.raises(ConfigError, match=r"use 'memory' \(the default\), 'sqlite:///relative/path.db', .* file path"):
         open_store(url)
+
+
+def test_writes_are_grouped_until_flush(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
+    # Given two writes in one open transaction
+    store = open_db()
+    store.add(Job(id="a", endpoint="ep", input=None))
+    store.add(Job(id="b", endpoint="ep", input=None))
+    # Then another connection sees nothing before the flush, and both after it
+    with contextlib.closing(sqlite3.connect(db)) as other:
+        assert other.execute("select count(*) from jobs").fetchone()[0] == 0
+        store.flush()
+        assert other.execute("select count(*) from jobs").fetchone()[0] == 2
+    store.flush()  # nothing pending: a no-op

@@ -111,6 +111,7 @@ def _own_job(plane: ControlPlane, endpoint: str, job_id: str) -> Job:
 @router.post("/run", summary="Submit a job; answers at once with its id")
 async def run(endpoint: str, request: Request, plane: Plane) -> Response:
     job = await _job_request(request, plane, endpoint)
+    await plane.committed()  # an id is only given out for a job that survives a crash
     # the state the job entered; a waiting worker may already have taken it by now
     return json_response({"id": job.id, "status": JobStatus.IN_QUEUE.value})
 

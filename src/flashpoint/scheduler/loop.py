@@ -171,6 +171,8 @@ class ControlPlane:
         self._stream_waiters: dict[str, list[asyncio.Future[None]]] = {}
         #: called with the view of every job that reaches a terminal state (webhooks, metrics)
         self.listeners: list[Callable[[JobView], None]] = []
+        self._on_commit: list[Callable[[], object]] = []
+        self._commit_scheduled = False
         self._next_expiry_check = 0.0
         self._kicked = False
         self._tick_task: asyncio.Task[None] | None = None
@@ -199,7 +201,7 @@ class ControlPlane:
                     if self.requeue_on_close:  # interrupted, not failed: it runs again after a restart
                         job.move(JobStatus.IN_QUEUE)
                         job.worker_id, job.placement, job.started_at = None, None, None
-                        self.store.update(job)
+                        self._save(job)
                     else:
                         self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
                 self._signal_stop(worker, job_id)
@@ -308,6 +310,7 @@ class ControlPlane:
             ttl_ms=DEFAULT_TTL_MS if ttl_ms is None else ttl_ms,
         )
         self.store.add(job)
+        self._commit_soon()
         self._enqueue(ep, job, front=False)
         return job
 
@@ -437,7 +440,7 @@ class ControlPlane:
         job.placement = worker.placement()
         worker.jobs.add(job.id)
         worker.state = WorkerState.RUNNING
-        self.store.update(job)
+        self._save(job)
 
     @staticmethod
     def _job_payload(job: Job) -> dict[str, Any]:
@@ -453,7 +456,7 @@ class ControlPlane:
             if body.get("status") == "IN_PROGRESS":
                 if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
                     job.output = body.get("output")
-                    self.store.update(job)
+                    self._save(job)
                 return []
             if job.status is JobStatus.IN_PROGRESS:
                 self._complete(job, body)
@@ -512,7 +515,7 @@ class ControlPlane:
             job = self.job(job_id)
         chunks, job.stream = job.stream, []
         if chunks:
-            self.store.update(job)
+            self._save(job)
         return job.view(), chunks
 
     # ----------------------------------------------------------------------------------------------------------------
@@ -533,7 +536,7 @@ class ControlPlane:
         job.stream = []
         ep = self.endpoint(job.endpoint)
         ep.counters["retried"] += 1
-        self.store.update(job)
+        self._save(job)
         self._enqueue(ep, job, front=False)
         return job
 
@@ -618,16 +621,55 @@ class ControlPlane:
                 ep.counters["completed"] += 1
             elif status is JobStatus.FAILED:
                 ep.counters["failed"] += 1
-        self.store.update(job)
+        self._save(job)
         self._wake_stream(job.id)
         callbacks = self._job_waiters.pop(job.id, None)
         if callbacks or self.listeners:
             view = job.view()
-            for callback in [*(callbacks or ()), *self.listeners]:
-                try:
-                    callback(view)
-                except Exception:  # one broken waiter or listener must not keep the others from the result
-                    log.exception("job waiter failed")
+            # nobody hears of the end before it is durable: a restart could otherwise run it (and end it) again
+            self._on_commit.append(lambda: self._notify(view, callbacks or []))
+
+    def _notify(self, view: JobView, callbacks: list[Callable[[JobView], None]]) -> None:
+        for callback in [*callbacks, *self.listeners]:
+            try:
+                callback(view)
+            except Exception:  # one broken waiter or listener must not keep the others from the result
+                log.exception("job waiter failed")
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # persistence: every change is written through; one commit per loop iteration covers all of them
+
+    def _save(self, job: Job) -> None:
+        self.store.update(job)
+        self._commit_soon()
+
+    def _commit_soon(self) -> None:
+        if not self._commit_scheduled:
+            self._commit_scheduled = True
+            asyncio.get_running_loop().call_soon(self._commit)
+
+    def _commit(self) -> None:
+        self._commit_scheduled = False
+        try:
+            self.store.flush()
+        except Exception:
+            log.exception("committing job changes failed; they will be retried with the next change")
+            return
+        callbacks, self._on_commit = self._on_commit, []
+        for callback in callbacks:
+            callback()
+
+    async def committed(self) -> None:
+        """Wait until every change made so far is durable."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        self._on_commit.append(done)
+        self._commit_soon()
+        await future
 
     # ----------------------------------------------------------------------------------------------------------------
     # workers: start, output, exit, stop
@@ -849,7 +891,7 @@ class ControlPlane:
             if job is not None and len(job.logs) < MAX_JOB_LOG_LINES:
                 job.logs.append(line)
                 if job.status.terminal:  # a running job's lines are written with its next change
-                    self.store.update(job)
+                    self._save(job)
         worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
 
     def _on_exit(self, worker_id: str, code: int) -> None:
@@ -879,7 +921,7 @@ class ControlPlane:
             job.retries += 1
             job.worker_id, job.placement, job.started_at = None, None, None
             ep.counters["retried"] += 1
-            self.store.update(job)
+            self._save(job)
             self._enqueue(ep, job, front=True)
         else:
             message = f"{what} while running the job, which had already been retried {job.retries} time(s)"
@@ -973,6 +1015,7 @@ class ControlPlane:
                     self._after_job(worker)
             elif job.status in TERMINAL and job.id not in self._job_waiters:
                 self.store.delete(job.id)
+                self._commit_soon()
 
     def _tick(self, now: float) -> None:
         wall = time.time()

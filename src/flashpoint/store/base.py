@@ -38,6 +38,10 @@ class JobStore(Protocol):
         """Jobs whose ``expires_at`` is at or before ``now`` (epoch seconds), any status, oldest first."""
         ...
 
+    def flush(self) -> None:
+        """Make every write so far durable (one commit for all of them)."""
+        ...
+
     def close(self) -> None:
         """Release files and connections; the store is unusable afterwards."""
         ...

@@ -65,3 +65,6 @@ class MemoryJobStore:
 
     def close(self) -> None:
         self._jobs.clear()
+
+    def flush(self) -> None:
+        """Nothing to commit: memory is the store."""

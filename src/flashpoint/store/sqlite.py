@@ -127,7 +127,9 @@ class SQLiteJobStore:
 
     Values travel as JSON: input, output and extra come back as JSON gives them (lists for tuples, string keys).
 
-    One connection serves every thread, guarded by a lock; each call is short and synchronous.
+    One connection serves every thread, guarded by a lock; each call is short and synchronous. Writes are grouped:
+    they join one open transaction that ``flush()`` commits, so a write is durable once the next ``flush()``
+    returns. The control plane flushes once per event-loop iteration, and answers nobody before that.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0) -> None:
@@ -135,6 +137,8 @@ class SQLiteJobStore:
         self._lock = threading.Lock()
         self._live: dict[str, Job] = {}
         self._conn: sqlite3.Connection | None = self._open(busy_timeout_s)
+        #: writes since the last flush() share one transaction (group commit)
+        self._in_transaction = False
 
     def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
         if self.path != ":memory:":
@@ -199,8 +203,19 @@ class SQLiteJobStore:
         except sqlite3.Error as exc:
             raise StoreError(f"job store {self.path}: cannot {what}: {exc}") from exc
 
-    def _change(self, what: str, sql: str, params: Sequence[Any]) -> int:
+    def _writer(self) -> sqlite3.Connection:
+        """The connection, inside the open write transaction (begun by the first write after a flush)."""
         conn = self._connection()
+        if not self._in_transaction:
+            try:
+                conn.execute("begin")
+            except sqlite3.Error as exc:
+                raise StoreError(f"job store {self.path}: cannot begin a transaction: {exc}") from exc
+            self._in_transaction = True
+        return conn
+
+    def _change(self, what: str, sql: str, params: Sequence[Any]) -> int:
+        conn = self._writer()
         try:
             return conn.execute(sql, params).rowcount
         except sqlite3.Error as exc:
@@ -227,7 +242,7 @@ class SQLiteJobStore:
     def add(self, job: Job) -> None:
         row = _to_row(job)
         with self._lock:
-            conn = self._connection()
+            conn = self._writer()
             try:
                 conn.execute(_INSERT, row)
             except sqlite3.IntegrityError:
@@ -282,7 +297,21 @@ class SQLiteJobStore:
         with self._lock:
             return self._jobs(self._fetch("list expired jobs", f"{_SELECT} where expires_at <= ? order by seq", (now,)))
 
+    def flush(self) -> None:
+        """Commit every write since the last flush in one transaction; durable (kill -9) once this returns."""
+        with self._lock:
+            if not self._in_transaction:
+                return
+            conn = self._connection()
+            try:
+                conn.execute("commit")
+            except sqlite3.Error as exc:
+                raise StoreError(f"job store {self.path}: cannot commit: {exc}") from exc
+            finally:
+                self._in_transaction = conn.in_transaction
+
     def close(self) -> None:
+        self.flush()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
