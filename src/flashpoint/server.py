@@ -413,7 +413,7 @@ class Server:
         """Load the app, serve until SIGINT/SIGTERM, then stop the workers and put their jobs back in the queue."""
         import uvicorn
 
-        from flashpoint.api.app import create_app
+        from flashpoint.api.app import Dispatch, create_app
         from flashpoint.api.runpod import Intake
         from flashpoint.discovery import load_endpoints
         from flashpoint.store.sqlite import SQLiteJobStore
@@ -477,6 +477,11 @@ class Server:
                 await super().shutdown(sockets)
 
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, timeout_keep_alive=120, timeout_graceful_shutdown=3
+            Dispatch(app, plane),
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            timeout_keep_alive=120,
+            timeout_graceful_shutdown=3,
         )
         _Uvicorn(config).run(sockets=[sock])

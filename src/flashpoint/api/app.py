@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.routing import Router
+from starlette.types import Receive, Scope, Send
 
 from flashpoint._version import __version__
 from flashpoint.api import errors, native, runpod
@@ -57,6 +60,24 @@ def create_app(
     app.include_router(native.router, prefix="/v1")
     metrics = PlaneMetrics(plane)
     app.router.routes.append(metrics_route(metrics))
-    app.router.routes.extend(worker_routes(plane))
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
+
+
+#: the worker protocol's paths: the hot path of every job
+_WORKER_PATH = re.compile(r"^/v2/[^/]+/(job-take|job-take-batch|job-stop|job-done|job-stream|ping)/")
+
+
+class Dispatch:
+    """The server's ASGI app: worker-protocol requests go straight to a bare router (no middleware, no dependency
+    injection: they authenticate with the worker key themselves), everything else to the FastAPI app."""
+
+    def __init__(self, api: FastAPI, plane: ControlPlane) -> None:
+        self.api = api
+        self.workers = Router(routes=worker_routes(plane))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _WORKER_PATH.match(scope["path"]):
+            await self.workers(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
