@@ -234,20 +234,7 @@ class HTTPConnection:
 
     async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
         data = await self._request("POST", f"/v2/{_seg(endpoint)}/run", body={"input": payload, **extra})
-        view = JobView(
-            id=data["id"],
-            endpoint=endpoint,
-            status=JobStatus(data.get("status", JobStatus.IN_QUEUE.value)),
-            reason=None,
-            output=None,
-            error=None,
-            delay_time_ms=None,
-            execution_time_ms=None,
-            worker_id=None,
-            placement=None,
-            retries=0,
-            created_at=time.time(),
-        )
+        view = JobView.queued(data["id"], endpoint, created_at=time.time())
         self._remember(view.id, endpoint)
         return view
 

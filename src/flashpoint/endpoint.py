@@ -754,7 +754,7 @@ class EndpointClient(Endpoint):
 
     def job(self, job_id: str) -> JobHandle:
         """A handle on an existing job of this endpoint; ``await handle.status()`` fetches its state."""
-        return JobHandle(self._server(), _placeholder(job_id, self.id))
+        return JobHandle(self._server(), JobView.queued(job_id, self.id))
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job (queued or running) and return its status; finished jobs are left as they are."""
@@ -840,7 +840,9 @@ class EndpointCommand(_Bound):
 
     def job(self, job_id: str) -> JobHandle:
         """A handle on an existing job of this endpoint (connected on its first call)."""
-        return JobHandle(self._conn if self._conn is not None else _connection(), _placeholder(job_id, self.spec.name))
+        return JobHandle(
+            self._conn if self._conn is not None else _connection(), JobView.queued(job_id, self.spec.name)
+        )
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job (queued or running) and return its status; finished jobs are left as they are."""
@@ -850,21 +852,3 @@ class EndpointCommand(_Bound):
     def __repr__(self) -> str:
         command = " ".join(self._target_obj.command)
         return f"<Endpoint {self.spec.name!r} command {command!r} gpu={self.spec.describe_gpu()}>"
-
-
-def _placeholder(job_id: str, endpoint: str) -> JobView:
-    """The view of a job known only by id, until ``status()`` fetches it."""
-    return JobView(
-        id=job_id,
-        endpoint=endpoint,
-        status=JobStatus.IN_QUEUE,
-        reason=None,
-        output=None,
-        error=None,
-        delay_time_ms=None,
-        execution_time_ms=None,
-        worker_id=None,
-        placement=None,
-        retries=0,
-        created_at=0.0,
-    )

@@ -207,6 +207,24 @@ class JobView:
     created_at: float
     logs: tuple[str, ...] = ()
 
+    @classmethod
+    def queued(cls, job_id: str, endpoint: str, created_at: float = 0.0) -> JobView:
+        """The view of a job known only by its id (just submitted, or named by a caller): IN_QUEUE, nothing else."""
+        return cls(
+            id=job_id,
+            endpoint=endpoint,
+            status=JobStatus.IN_QUEUE,
+            reason=None,
+            output=None,
+            error=None,
+            delay_time_ms=None,
+            execution_time_ms=None,
+            worker_id=None,
+            placement=None,
+            retries=0,
+            created_at=created_at,
+        )
+
     def to_native(self) -> dict[str, Any]:
         """Every field, for flashpoint's own API and client (the inverse of ``from_native``)."""
         return {

@@ -26,7 +26,7 @@ from flashpoint.endpoint import EndpointSpec, ServerlessScalerType, WorkerTarget
 from flashpoint.errors import BackendError, InvalidEndpointError, InvalidTransitionError, NotFoundError
 from flashpoint.explain import Code, Explanation, Reason as WaitReason
 from flashpoint.gpus import describe
-from flashpoint.jobs import DEFAULT_TTL_MS, TERMINAL, Job, JobError, JobStatus, JobView, Placement, Reason
+from flashpoint.jobs import DEFAULT_TTL_MS, Job, JobError, JobStatus, JobView, Placement, Reason
 from flashpoint.scheduler.inventory import Device, Holder, Inventory
 from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
 from flashpoint.store.base import JobStore
@@ -356,15 +356,22 @@ class ControlPlane:
 
     def cancel(self, job_id: str) -> JobView:
         job = self.job(job_id)
+        self._end(job, JobStatus.CANCELLED, Reason.CANCELLED)
+        return job.view()
+
+    def _end(self, job: Job, status: JobStatus, reason: Reason) -> None:
+        """End a job that is queued (it leaves its queue) or running (its worker is told to stop it); else nothing."""
         if job.status is JobStatus.IN_QUEUE:
-            self.endpoints[job.endpoint].queued -= 1  # the id stays in the deque and is skipped when reached
-            self._finish(job, JobStatus.CANCELLED, Reason.CANCELLED)
+            owner = self.endpoints.get(job.endpoint)
+            if owner is not None:
+                owner.queued -= 1  # the id stays in the deque and is skipped when reached
+            self._finish(job, status, reason)
         elif job.status is JobStatus.IN_PROGRESS:
             worker = self.workers.get(job.worker_id or "")
-            self._finish(job, JobStatus.CANCELLED, Reason.CANCELLED)
+            self._finish(job, status, reason)
             if worker is not None:
                 self._signal_stop(worker, job.id)
-        return job.view()
+                self._after_job(worker)
 
     # ----------------------------------------------------------------------------------------------------------------
     # the worker protocol's verbs
@@ -547,8 +554,7 @@ class ControlPlane:
         for job_id in list(ep.queue):
             job = self.store.get(job_id)
             if job is not None and job.status is JobStatus.IN_QUEUE:
-                ep.queued -= 1
-                self._finish(job, JobStatus.CANCELLED, Reason.PURGED)
+                self._end(job, JobStatus.CANCELLED, Reason.PURGED)
                 removed += 1
         ep.queue.clear()
         return removed
@@ -1002,18 +1008,10 @@ class ControlPlane:
     def _expire(self, wall: float) -> None:
         """TTL: a job still queued or running at ``expires_at`` ends TIMED_OUT; a finished one is deleted (404)."""
         for job in self.store.expired(wall):
-            if job.status is JobStatus.IN_QUEUE:
-                owner = self.endpoints.get(job.endpoint)
-                if owner is not None:
-                    owner.queued -= 1  # the id stays in the deque and is skipped when reached
-                self._finish(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED)
-            elif job.status is JobStatus.IN_PROGRESS:
-                worker = self.workers.get(job.worker_id or "")
-                self._finish(job, JobStatus.TIMED_OUT, Reason.TTL_EXPIRED)
-                if worker is not None:
-                    self._signal_stop(worker, job.id)
-                    self._after_job(worker)
-            elif job.status in TERMINAL and job.id not in self._job_waiters:
+            if not job.status.terminal:
+                queued = job.status is JobStatus.IN_QUEUE
+                self._end(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED if queued else Reason.TTL_EXPIRED)
+            elif job.id not in self._job_waiters:
                 self.store.delete(job.id)
                 self._commit_soon()
 
