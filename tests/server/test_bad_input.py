@@ -92,3 +92,9 @@ def test_output_json_cannot_carry_fails_the_job_with_a_clear_reason(client: http
     job = client.get(f"/v1/jobs/{state['id']}").json()
     assert job["reason"] == "output_not_serializable"
     assert "cannot be carried as JSON" in job["error"]["message"]
+
+
+def test_wrong_method_is_a_json_405(client: httpx.Client) -> None:
+    response = client.get("/v2/echo/run")
+    assert response.status_code == 405
+    assert response.json()["code"] == "method_not_allowed" and "POST" in response.json()["message"]

@@ -11,12 +11,12 @@ from starlette.routing import Router
 from starlette.types import Receive, Scope, Send
 
 from flashpoint._version import __version__
-from flashpoint.api import errors, native, runpod
+from flashpoint.api import errors, native
 from flashpoint.api.limits import BodyLimit
 from flashpoint.api.metrics import PlaneMetrics, metrics_route
-from flashpoint.api.runpod import Intake
+from flashpoint.api.runpod import Intake, client_routes
 from flashpoint.api.webhooks import Webhooks
-from flashpoint.api.workers import worker_routes
+from flashpoint.api.workers import json_response, worker_routes
 from flashpoint.scheduler.loop import ControlPlane
 
 
@@ -55,8 +55,8 @@ def create_app(
     app.state.plane = plane
     app.state.api_keys = api_keys
     app.state.intake = intake
+    app.state.max_body_bytes = max_body_bytes
     errors.install(app)
-    app.include_router(runpod.router)
     app.include_router(native.router, prefix="/v1")
     metrics = PlaneMetrics(plane)
     app.router.routes.append(metrics_route(metrics))
@@ -69,15 +69,23 @@ _WORKER_PATH = re.compile(r"^/v2/[^/]+/(job-take|job-take-batch|job-stop|job-don
 
 
 class Dispatch:
-    """The server's ASGI app: worker-protocol requests go straight to a bare router (no middleware, no dependency
-    injection: they authenticate with the worker key themselves), everything else to the FastAPI app."""
+    """The server's ASGI app. Every job crosses the worker protocol and Runpod's client routes, so those go to bare
+    routers (no dependency injection, no middleware but the body limit; they check keys themselves and answer errors
+    as JSON); the rest (native /v1 API, /metrics, /docs) to the FastAPI app."""
 
     def __init__(self, api: FastAPI, plane: ControlPlane) -> None:
         self.api = api
-        self.workers = Router(routes=worker_routes(plane))
+        self.workers = Router(routes=worker_routes(plane), default=_not_found)
+        clients = Router(routes=client_routes(plane, api.state.api_keys, api.state.intake), default=_not_found)
+        self.clients = BodyLimit(clients, api.state.max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and _WORKER_PATH.match(scope["path"]):
-            await self.workers(scope, receive, send)
+        if scope["type"] == "http" and scope["path"].startswith("/v2/"):
+            await (self.workers if _WORKER_PATH.match(scope["path"]) else self.clients)(scope, receive, send)
         else:
             await self.api(scope, receive, send)
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    message = f"no route {scope.get('method', '')} {scope['path']}"
+    await json_response(errors.body("not_found", message), 404)(scope, receive, send)

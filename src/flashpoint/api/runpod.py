@@ -8,25 +8,26 @@ response is JSON (errors too), ``runsync`` holds then falls back to ``{"id", "st
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from flashpoint import codec
-from flashpoint.api.deps import Plane, require_api_key
-from flashpoint.api.workers import json_response
-from flashpoint.errors import BadInputError, NotFoundError
+from flashpoint.api.errors import body as error_body, status_of
+from flashpoint.api.workers import json_response, key_matches
+from flashpoint.errors import BadInputError, Error, NotFoundError
 from flashpoint.jobs import Job, JobStatus
 from flashpoint.scheduler.loop import ControlPlane
-
-router = APIRouter(prefix="/v2/{endpoint}", tags=["runpod"], dependencies=[Depends(require_api_key)])
 
 #: keys of a job request, besides ``input``, that are handed to the worker as they are
 PASSTHROUGH = ("webhook", "s3Config", "policy", "webhookV2")
 _DAY_MS = 24 * 3600 * 1000
+#: every route accepts every method and answers a wrong one itself, as JSON
+_ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +36,6 @@ class Intake:
 
     checkers: dict[str, Callable[[Any], None]]
     allow_pickle: bool = False
-
-
-def _intake(request: Request) -> Intake:
-    intake = getattr(request.app.state, "intake", None)
-    return intake if isinstance(intake, Intake) else Intake({})
 
 
 def _positive_ms(policy: dict[str, Any], key: str, maximum: int) -> int | None:
@@ -54,7 +50,7 @@ def _positive_ms(policy: dict[str, Any], key: str, maximum: int) -> int | None:
     return value
 
 
-async def _job_request(request: Request, plane: ControlPlane, endpoint: str) -> Job:
+async def _job_request(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Job:
     """Parse and check a /run or /runsync body, then submit it: nothing is stored unless every check passes."""
     plane.endpoint(endpoint)  # 404 before anything else
     raw = await request.body()
@@ -80,7 +76,6 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str) -> 
     meta = data.get("flashpoint")
     if meta is not None and not isinstance(meta, dict):
         raise BadInputError('"flashpoint" must be an object', code="bad_request")
-    intake = _intake(request)
     if not intake.allow_pickle and _has_pickle(payload, meta):
         raise BadInputError(
             "this server accepts JSON input only: pickled arguments can run code on the server; pass JSON values, "
@@ -108,22 +103,53 @@ def _own_job(plane: ControlPlane, endpoint: str, job_id: str) -> Job:
     return job
 
 
-@router.post("/run", summary="Submit a job; answers at once with its id")
-async def run(endpoint: str, request: Request, plane: Plane) -> Response:
-    job = await _job_request(request, plane, endpoint)
+# ----------------------------------------------------------------------------------------------------------------------
+# Routes. Plain Starlette routes behind one wrapper (API key, JSON errors): every job of a client crosses them, so
+# they skip FastAPI's dependency injection and middleware (the native /v1 API, in the OpenAPI schema, keeps both).
+
+Handler = Callable[[Request, ControlPlane, str, Intake], Awaitable[Response]]
+
+
+def _query_ms(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise BadInputError(f"?{name}= must be milliseconds between {low} and {high}, got {text!r}", code="bad_request")
+    return value
+
+
+def _route(
+    path: str, method: str, handler: Handler, plane: ControlPlane, keys: tuple[str, ...], intake: Intake
+) -> Route:
+    async def endpoint(request: Request) -> Response:
+        if request.method != method:  # checked here: a bare router would answer 405 in plain text
+            return json_response(error_body("method_not_allowed", f"use {method} {request.url.path}"), 405)
+        if keys and not key_matches(request.headers.get("authorization"), keys):
+            message = "missing or wrong API key: send Authorization: Bearer KEY (or the raw key)"
+            return json_response(error_body("unauthorized", message), 401)
+        try:
+            return await handler(request, plane, request.path_params["endpoint"], intake)
+        except Error as exc:
+            return json_response(error_body(exc.code, str(exc)), status_of(exc))
+
+    return Route(f"/v2/{{endpoint}}{path}", endpoint, methods=_ANY_METHOD)
+
+
+async def _run(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
+    job = await _job_request(request, plane, endpoint, intake)
     await plane.committed()  # an id is only given out for a job that survives a crash
     # the state the job entered; a waiting worker may already have taken it by now
     return json_response({"id": job.id, "status": JobStatus.IN_QUEUE.value})
 
 
-@router.post("/runsync", summary="Submit a job and hold until it ends, or answer with its id after `wait` ms")
-async def runsync(
-    endpoint: str,
-    request: Request,
-    plane: Plane,
-    wait: int = Query(90_000, ge=1000, le=300_000, description="milliseconds to hold before answering"),
-) -> Response:
-    job = await _job_request(request, plane, endpoint)
+async def _runsync(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
+    wait = _query_ms(request, "wait", 90_000, 1000, 300_000)
+    job = await _job_request(request, plane, endpoint, intake)
     try:
         view = await plane.wait(job.id, wait / 1000)
     except TimeoutError:
@@ -131,42 +157,46 @@ async def runsync(
     return json_response(view.to_json())
 
 
-@router.get("/status/{job_id}", summary="A job's state: status, output or error, delay and execution time")
-async def status(endpoint: str, job_id: str, plane: Plane) -> Response:
-    return json_response(_own_job(plane, endpoint, job_id).view().to_json())
+async def _status(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
+    return json_response(_own_job(plane, endpoint, request.path_params["job_id"]).view().to_json())
 
 
-@router.get("/stream/{job_id}", summary="Streamed chunks not read before; empty once the job ended and all were read")
-async def stream(
-    endpoint: str,
-    job_id: str,
-    plane: Plane,
-    wait: int = Query(0, ge=0, le=60_000, description="flashpoint extension: hold up to this many ms for a chunk"),
-) -> Response:
-    _own_job(plane, endpoint, job_id)
-    view, chunks = await plane.read_stream(job_id, wait / 1000)
+async def _stream(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
+    wait = _query_ms(request, "wait", 0, 0, 60_000)  # flashpoint's extension: hold for a chunk up to this long
+    job = _own_job(plane, endpoint, request.path_params["job_id"])
+    view, chunks = await plane.read_stream(job.id, wait / 1000)
     return json_response({"id": view.id, "status": view.status.value, "stream": [{"output": c} for c in chunks]})
 
 
-@router.post("/cancel/{job_id}", summary="Cancel a queued or running job; finished jobs stay as they are")
-async def cancel(endpoint: str, job_id: str, plane: Plane) -> Response:
-    _own_job(plane, endpoint, job_id)
-    view = plane.cancel(job_id)
+async def _cancel(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
+    job = _own_job(plane, endpoint, request.path_params["job_id"])
+    view = plane.cancel(job.id)
     return json_response({"id": view.id, "status": view.status.value})
 
 
-@router.post("/retry/{job_id}", summary="Queue a FAILED or TIMED_OUT job again, under the same id")
-async def retry(endpoint: str, job_id: str, plane: Plane) -> Response:
-    _own_job(plane, endpoint, job_id)
-    job = plane.retry(job_id)
+async def _retry(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
+    job = plane.retry(_own_job(plane, endpoint, request.path_params["job_id"]).id)
     return json_response({"id": job.id, "status": JobStatus.IN_QUEUE.value})  # as for /run
 
 
-@router.post("/purge-queue", summary="Cancel every queued job of the endpoint; running jobs go on")
-async def purge_queue(endpoint: str, plane: Plane) -> Response:
+async def _purge(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
     return json_response({"removed": plane.purge(endpoint), "status": "completed"})
 
 
-@router.get("/health", summary="Job counters and workers by state")
-async def health(endpoint: str, plane: Plane) -> Response:
+async def _health(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
     return json_response(plane.health(endpoint))
+
+
+def client_routes(plane: ControlPlane, api_keys: tuple[str, ...], intake: Intake) -> list[Route]:
+    """Runpod's client API for ``plane``; with ``api_keys`` empty, no key is asked for."""
+    table: list[tuple[str, str, Handler]] = [
+        ("/run", "POST", _run),
+        ("/runsync", "POST", _runsync),
+        ("/status/{job_id}", "GET", _status),
+        ("/stream/{job_id}", "GET", _stream),
+        ("/cancel/{job_id}", "POST", _cancel),
+        ("/retry/{job_id}", "POST", _retry),
+        ("/purge-queue", "POST", _purge),
+        ("/health", "GET", _health),
+    ]
+    return [_route(path, method, handler, plane, api_keys, intake) for path, method, handler in table]
