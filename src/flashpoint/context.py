@@ -32,3 +32,9 @@ def set_current_job(job: dict[str, Any] | None) -> contextvars.Token[dict[str, A
 
 def reset_current_job(token: contextvars.Token[dict[str, Any] | None]) -> None:
     _job.reset(token)
+
+
+def current_job_id() -> str | None:
+    """The id of the job running in this context, or None (the worker's output tagging asks this for every line)."""
+    job = _job.get()
+    return None if job is None else str(job.get("id"))

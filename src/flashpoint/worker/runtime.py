@@ -10,7 +10,6 @@ its answer, so a busy worker makes one round trip per job. Never imports ``flash
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import importlib
 import importlib.metadata
 import importlib.util
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from flashpoint import codec
-from flashpoint.context import reset_current_job, set_current_job
+from flashpoint.context import current_job_id, reset_current_job, set_current_job
 from flashpoint.jobs import Reason
 from flashpoint.worker.launch import die_with_parent
 
@@ -36,7 +35,6 @@ log = logging.getLogger("flashpoint.worker")
 
 #: marks a line of worker output with the job that printed it; the supervisor strips it and tags the line
 LOG_MARK = "\x1ffp:"
-_current_job: contextvars.ContextVar[str | None] = contextvars.ContextVar("flashpoint_job", default=None)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -197,7 +195,7 @@ class TaggedStream:
         self._partial: dict[str | None, str] = {}
 
     def write(self, text: str) -> int:
-        job = _current_job.get()
+        job = current_job_id()
         buffered = self._partial.pop(job, "") + text
         *lines, rest = buffered.split("\n")
         if rest:
@@ -336,8 +334,7 @@ class Runtime:
 
     async def _execute(self, job: dict[str, Any]) -> dict[str, Any]:
         job_id = job["id"]
-        token = _current_job.set(job_id)
-        job_token = set_current_job(job)
+        token = set_current_job(job)
         task = asyncio.ensure_future(self._run_handler(job))
         self.running[job_id] = task
         try:
@@ -349,8 +346,7 @@ class Runtime:
             return {}
         finally:
             self.running.pop(job_id, None)
-            _current_job.reset(token)
-            reset_current_job(job_token)
+            reset_current_job(token)
 
     async def _run_handler(self, job: dict[str, Any]) -> dict[str, Any]:
         binary_ok = bool((job.get("flashpoint") or {}).get("binary_ok"))
