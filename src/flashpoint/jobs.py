@@ -186,6 +186,7 @@ class Job:
             retries=self.retries,
             created_at=self.created_at,
             logs=tuple(self.logs),
+            webhook=self.extra.get("webhook") if isinstance(self.extra.get("webhook"), str) else None,
         )
 
 
@@ -206,6 +207,8 @@ class JobView:
     retries: int
     created_at: float
     logs: tuple[str, ...] = ()
+    #: where to POST the final state (Runpod's ``webhook``); not part of the state object itself
+    webhook: str | None = None
 
     @classmethod
     def queued(cls, job_id: str, endpoint: str, created_at: float = 0.0) -> JobView:

@@ -134,3 +134,12 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_every_key_of_a_comma_separated_list_works(serve: Any) -> None:
+    served = serve(key="first-key, second-key")
+    for key in ("first-key", "second-key"):
+        answer = httpx.get(f"{served.url}/v2/echo/health", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        assert answer.status_code == 200, key
+    wrong = httpx.get(f"{served.url}/v2/echo/health", headers={"Authorization": "Bearer first-key, second-key"})
+    assert wrong.status_code == 401

@@ -27,11 +27,9 @@ class Webhooks:
         plane.listeners.append(self.on_terminal)
 
     def on_terminal(self, view: JobView) -> None:
-        job = self.plane.store.get(view.id)
-        url = job.extra.get("webhook") if job is not None else None
-        if not isinstance(url, str):
+        if view.webhook is None:
             return
-        task = asyncio.get_running_loop().create_task(self._deliver(url, view.to_json()))
+        task = asyncio.get_running_loop().create_task(self._deliver(view.webhook, view.to_json()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -226,6 +226,12 @@ class ControlPlane:
             self._kicked = True
             asyncio.get_running_loop().call_soon(self._reconcile_now)
 
+    def _kick_if_someone_waits(self) -> None:
+        """A worker that just became idle matters at once only to endpoints waiting for devices; scaling down by
+        idle_timeout is the tick's business. This keeps a reconcile off the path of every job."""
+        if any(ep.waiting for ep in self.endpoints.values()):
+            self.kick()
+
     def _reconcile_now(self) -> None:
         self._kicked = False
         try:
@@ -405,7 +411,7 @@ class ControlPlane:
             future: asyncio.Future[list[Job]] = asyncio.get_running_loop().create_future()
             entry = (worker_id, count, future)
             ep.takers.append(entry)
-            self.kick()  # an idle, pulling worker may be a reason to scale down or yield
+            self._kick_if_someone_waits()  # an idle, pulling worker may have devices another endpoint waits for
             try:
                 jobs = await asyncio.wait_for(future, hold)
             except asyncio.TimeoutError:
@@ -493,7 +499,7 @@ class ControlPlane:
             worker.idle_since = time.monotonic()
         if worker.retiring and not worker.jobs:
             self._stop_worker(worker)
-        self.kick()
+        self._kick_if_someone_waits()
 
     def stream(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
         """A streamed chunk from a generator handler: pending until read through ``read_stream``."""
