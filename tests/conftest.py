@@ -175,3 +175,37 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     yield start
     for served in started:
         served.stop()
+
+
+@pytest.fixture
+def runpod_served(serve: Callable[..., Served]) -> Iterator[Callable[..., Served]]:
+    """Start a server (as ``serve``) and point the official runpod client's globals at it; restored afterwards."""
+    runpod = pytest.importorskip("runpod")
+    previous = runpod.endpoint_url_base, runpod.api_key
+
+    def start(*args: str, **options: Any) -> Served:
+        served = serve(*args, **options)
+        runpod.endpoint_url_base = f"{served.url}/v2"
+        runpod.api_key = served.key
+        return served
+
+    yield start
+    runpod.endpoint_url_base, runpod.api_key = previous
+
+
+def wait_status(job: Any, wanted: set[str], timeout: float = 60) -> str:
+    """Poll a runpod client job until its status is one of ``wanted`` (bounded by ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while (status := job.status()) not in wanted:
+        assert time.monotonic() < deadline, f"job {job.job_id} still {status}"
+        time.sleep(0.05)  # polling through the client under test, bounded by the deadline
+    return status
+
+
+def native(served: Served, path: str) -> Any:
+    """GET a native /v1 route of a served app and return its JSON."""
+    import httpx
+
+    response = httpx.get(f"{served.url}/v1{path}", headers=served.headers, timeout=30)
+    response.raise_for_status()
+    return response.json()

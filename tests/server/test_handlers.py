@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import Served
+from tests.conftest import Served, native, wait_status
 
 runpod = pytest.importorskip("runpod")
 
@@ -18,27 +17,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 @pytest.fixture
-def server(serve: Any) -> Iterator[Served]:
-    served = serve(app="tests/apps/handlers_app.py")
-    previous = runpod.endpoint_url_base, runpod.api_key
-    runpod.endpoint_url_base = f"{served.url}/v2"
-    runpod.api_key = served.key
-    yield served
-    runpod.endpoint_url_base, runpod.api_key = previous
-
-
-def wait_status(job: Any, wanted: set[str], timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while (status := job.status()) not in wanted:
-        assert time.monotonic() < deadline, f"job {job.job_id} still {status}"
-        time.sleep(0.05)  # polling through the client under test, bounded by the deadline
-    return status
-
-
-def native(served: Served, path: str) -> Any:
-    response = httpx.get(f"{served.url}/v1{path}", headers=served.headers, timeout=30)
-    response.raise_for_status()
-    return response.json()
+def server(runpod_served: Any) -> Served:
+    return runpod_served(app="tests/apps/handlers_app.py")
 
 
 def test_echo_handler_is_placed_like_any_worker(server: Served) -> None:

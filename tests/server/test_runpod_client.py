@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Served
+from tests.conftest import Served, native, wait_status
 
 runpod = pytest.importorskip("runpod")
 
@@ -21,29 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def server(serve: Any) -> Iterator[Served]:
-    served = serve()
-    previous = runpod.endpoint_url_base, runpod.api_key
-    runpod.endpoint_url_base = f"{served.url}/v2"
-    runpod.api_key = served.key
-    yield served
-    runpod.endpoint_url_base, runpod.api_key = previous
-
-
-def wait_status(job: Any, wanted: set[str], timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = job.status()
-        if status in wanted:
-            return status
-        assert time.monotonic() < deadline, f"job {job.job_id} still {status}"
-        time.sleep(0.05)  # polling the job through the client under test, bounded by the deadline
-
-
-def native(served: Served, path: str) -> Any:
-    response = httpx.get(f"{served.url}/v1{path}", headers=served.headers, timeout=30)
-    response.raise_for_status()
-    return response.json()
+def server(runpod_served: Any) -> Served:
+    return runpod_served()
 
 
 def test_echo_unicode_and_a_256_kb_payload_through_the_sync_client(server: Served) -> None:
