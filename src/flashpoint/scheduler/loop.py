@@ -1038,9 +1038,12 @@ class ControlPlane:
             for worker in sorted(live, key=lambda w: w.idle_since):
                 if len(live) <= ep.spec.workers_min:
                     break
+                # A worker with jobs still queued is not idle, only between two pulls (or before its first one,
+                # when its ping arrives before its job-take): scaling it down would strand those jobs.
                 if (
                     worker.state is WorkerState.IDLE
                     and not worker.jobs
+                    and not ep.queued
                     and now - worker.idle_since >= ep.spec.idle_timeout_s
                 ):
                     log.info(
