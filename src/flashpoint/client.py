@@ -22,7 +22,6 @@ from urllib.parse import quote
 import httpx
 
 from flashpoint import codec
-from flashpoint.endpoint import EndpointSpec, WorkerTarget, _failure
 from flashpoint.errors import (
     BackendError,
     BadInputError,
@@ -38,7 +37,9 @@ from flashpoint.errors import (
     UnknownGPUError,
 )
 from flashpoint.explain import Explanation
+from flashpoint.jobhandle import job_failure
 from flashpoint.jobs import JobStatus, JobView
+from flashpoint.spec import EndpointSpec, WorkerTarget
 
 #: the wire ``code`` of an error body -> the class raised here (the inverse of the server's class -> status table)
 ERRORS_BY_CODE: dict[str, type[Error]] = {
@@ -298,7 +299,7 @@ class HTTPConnection:
             if not chunks:
                 await pause.unless_held(loop.time() - asked, hold, None, loop)
         if status is not JobStatus.COMPLETED:
-            raise _failure(await self.get(view.id))
+            raise job_failure(await self.get(view.id))
 
 
 def error_for(code: str, message: str) -> Error:

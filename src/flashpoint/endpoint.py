@@ -10,259 +10,49 @@ import asyncio
 import difflib
 import functools
 import inspect
-import math
 import os
-import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload, runtime_checkable
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from flashpoint import codec
 from flashpoint.config import Settings
+from flashpoint.connection import Connection, ServerConnection, connect
 from flashpoint.errors import (
     ConfigError,
     InvalidEndpointError,
-    JobCancelledError,
-    JobFailedError,
-    JobTimeoutError,
-    UnknownGPUError,
 )
-from flashpoint.gpus import Candidate, GpuGroup, candidates, describe
-from flashpoint.jobs import JobStatus, JobView
+from flashpoint.jobhandle import JobHandle, job_result
+from flashpoint.jobs import JobView
+from flashpoint.spec import (
+    NAME,
+    OPTIONS,
+    EndpointSpec,
+    ServerlessScalerType,
+    WorkerTarget,
+    build_spec,
+    invalid,
+    public_methods,
+    worker_target_for,
+)
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation
 
 T = TypeVar("T")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_OPTIONS = (
-    "name",
-    "id",
-    "gpu",
-    "cpu",
-    "gpu_count",
-    "workers",
-    "idle_timeout",
-    "execution_timeout_ms",
-    "max_concurrency",
-    "env",
-    "dependencies",
-    "system_dependencies",
-    "scaler_type",
-    "scaler_value",
-    "worker_command",
-    "worker_cwd",
-)
-
-
-class ServerlessScalerType(str, Enum):
-    """How an endpoint adds workers, as in Flash."""
-
-    #: add a worker when the oldest queued job has waited ``scaler_value`` seconds (the first one at once)
-    QUEUE_DELAY = "QUEUE_DELAY"
-    #: keep about ``(queued + running jobs) / scaler_value`` workers
-    REQUEST_COUNT = "REQUEST_COUNT"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointSpec:
-    """Everything the control plane needs to know about an endpoint; validated at decoration time."""
-
-    name: str
-    #: ordered GPU candidates (empty for cpu endpoints)
-    candidates: tuple[Candidate, ...]
-    cpu: str | None = None
-    gpu_count: int = 1
-    workers_min: int = 0
-    workers_max: int = 1
-    idle_timeout_s: float = 60.0
-    execution_timeout_ms: int = 0
-    max_concurrency: int = 1
-    env: Mapping[str, str] = field(default_factory=dict)
-    dependencies: tuple[str, ...] = ()
-    system_dependencies: tuple[str, ...] = ()
-    scaler_type: ServerlessScalerType = ServerlessScalerType.QUEUE_DELAY
-    scaler_value: int = 4
-    #: "function" or "class"
-    kind: str = "function"
-    #: public method names of a class endpoint, in definition order
-    methods: tuple[str, ...] = ()
-
-    @property
-    def uses_gpu(self) -> bool:
-        return self.cpu is None
-
-    def describe_gpu(self) -> str:
-        if not self.uses_gpu:
-            return f"cpu={self.cpu}"
-        return " > ".join(describe(c) for c in self.candidates) + (
-            f" (x{self.gpu_count})" if self.gpu_count > 1 else ""
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerTarget:
-    """How a worker runs the endpoint: flashpoint's runtime importing it by path or loading cloudpickle bytes, or
-    a command of the user's own (e.g. an unmodified ``runpod.serverless.start`` handler) run in ``cwd``."""
-
-    import_path: str | None = None
-    pickled: bytes | None = None
-    command: tuple[str, ...] | None = None
-    cwd: str | None = None
-
-
-class Connection(Protocol):
-    """What a handle needs from a control plane; the embedded plane and the HTTP client both provide it."""
-
-    async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None: ...
-    async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView: ...
-    async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView: ...
-    async def get(self, job_id: str) -> JobView: ...
-    async def wait(self, job_id: str, timeout: float | None) -> JobView: ...
-    async def cancel(self, job_id: str) -> JobView: ...
-    async def explain_job(self, job_id: str) -> Explanation: ...
-    async def explain_endpoint(self, name: str) -> Explanation: ...
-    # declared with `def`: implementations are async generators (`async def ...: yield chunk`)
-    def stream(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
-        """Submit a job to a generator endpoint and yield its decoded chunks; JobFailedError if it fails."""
-        ...
-
-
-@runtime_checkable
-class ServerConnection(Connection, Protocol):
-    """A connection to a flashpoint server (``FLASHPOINT_URL``), which ``Endpoint(id=...)`` clients need."""
-
-    async def check_endpoint(self, name: str) -> None: ...
-
-
-def _connection() -> Connection:
-    # The one seam where the SDK reaches the composition root: imported lazily so that `import flashpoint` stays
-    # cheap and free of the HTTP stack.
-    from flashpoint.server import connection  # noqa: TID251
-
-    return connection()
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Validation
-
-
-def _fail(name: str | None, message: str) -> InvalidEndpointError:
-    return InvalidEndpointError(f"Endpoint {name!r}: {message}" if name else f"Endpoint: {message}")
-
-
-def _int(name: str | None, option: str, value: Any, *, minimum: int, example: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(name, f"{option} must be an integer, got {value!r}; e.g. {example}")
-    if value < minimum:
-        raise _fail(name, f"{option} must be >= {minimum}, got {value}; e.g. {example}")
-    return value
-
-
-def _workers(name: str | None, value: Any) -> tuple[int, int]:
-    if isinstance(value, tuple | list) and len(value) == 2:
-        low = _int(name, "workers min", value[0], minimum=0, example="workers=(0, 4)")
-        high = _int(name, "workers max", value[1], minimum=1, example="workers=(0, 4)")
-        if low > high:
-            raise _fail(name, f"workers=({low}, {high}): min is greater than max; write workers=({high}, {low})?")
-        return low, high
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(name, f"workers must be N or (min, max), got {value!r}; e.g. workers=2 or workers=(0, 4)")
-    return 0, _int(name, "workers", value, minimum=1, example="workers=2 (up to two workers)")
-
-
-def _strings(name: str | None, option: str, value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
-        raise _fail(name, f"{option} must be a list of strings, e.g. {option}=['numpy>=1.26']; got {value!r}")
-    return tuple(value)
-
-
-def _build_spec(options: dict[str, Any]) -> EndpointSpec:
-    name = options.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise _fail(
-            None,
-            f"name must be a non-empty string of letters, digits, '.', '_' or '-' (at most 128), got {name!r}; "
-            "e.g. @Endpoint(name='inference', gpu=GpuGroup.ANY)",
-        )
-    gpu, cpu = options.get("gpu"), options.get("cpu")
-    if gpu is not None and cpu is not None:
-        raise _fail(name, "gpu and cpu are mutually exclusive: pass gpu=... for a GPU worker or cpu=... for a CPU one")
-    if cpu is not None and (not isinstance(cpu, str) or not cpu):
-        raise _fail(name, f"cpu must be a CPU instance type string, e.g. cpu='cpu3c-1-2'; got {cpu!r}")
-    try:
-        ordered = candidates(GpuGroup.ANY if gpu is None else gpu) if cpu is None else ()
-    except UnknownGPUError as exc:
-        raise UnknownGPUError(f"Endpoint {name!r}: {exc}", name=exc.name, suggestions=exc.suggestions) from None
-    except InvalidEndpointError as exc:
-        raise _fail(name, str(exc)) from None
-    gpu_count = _int(name, "gpu_count", options.get("gpu_count", 1), minimum=1, example="gpu_count=2")
-    if cpu is not None and "gpu_count" in options and gpu_count != 1:
-        raise _fail(name, "gpu_count needs a GPU endpoint; drop gpu_count or replace cpu=... with gpu=...")
-    low, high = _workers(name, options.get("workers", (0, 1)))
-    idle = options.get("idle_timeout", 60)
-    if isinstance(idle, bool) or not isinstance(idle, int | float) or not math.isfinite(idle) or idle < 0:
-        raise _fail(name, f"idle_timeout must be seconds >= 0, got {idle!r}; e.g. idle_timeout=60")
-    timeout_ms = _int(
-        name,
-        "execution_timeout_ms",
-        options.get("execution_timeout_ms", 0),
-        minimum=0,
-        example="execution_timeout_ms=600_000 (10 minutes; 0 means no limit)",
-    )
-    concurrency = _int(
-        name, "max_concurrency", options.get("max_concurrency", 1), minimum=1, example="max_concurrency=4"
-    )
-    env = options.get("env")
-    env = {} if env is None else env
-    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise _fail(name, f"env must map strings to strings, e.g. env={{'HF_HOME': '/data'}}; got {env!r}")
-    scaler = options.get("scaler_type", ServerlessScalerType.QUEUE_DELAY)
-    try:
-        scaler_type = ServerlessScalerType(str(scaler).upper())
-    except ValueError:
-        raise _fail(name, f"scaler_type must be 'QUEUE_DELAY' or 'REQUEST_COUNT', got {scaler!r}") from None
-    scaler_value = _int(name, "scaler_value", options.get("scaler_value", 4), minimum=1, example="scaler_value=4")
-    return EndpointSpec(
-        name=name,
-        candidates=ordered,
-        cpu=cpu,
-        gpu_count=gpu_count,
-        workers_min=low,
-        workers_max=high,
-        idle_timeout_s=float(idle),
-        execution_timeout_ms=timeout_ms,
-        max_concurrency=concurrency,
-        env=dict(env),
-        dependencies=_strings(name, "dependencies", options.get("dependencies")),
-        system_dependencies=_strings(name, "system_dependencies", options.get("system_dependencies")),
-        scaler_type=scaler_type,
-        scaler_value=scaler_value,
-    )
-
-
-def public_methods(cls: type) -> tuple[str, ...]:
-    """The callable public methods a class endpoint exposes, in definition order."""
-    return tuple(attr for attr, value in vars(cls).items() if not attr.startswith("_") and inspect.isfunction(value))
-
-
-def _target_for(obj: Any) -> WorkerTarget:
-    """Import by path when the worker can import the defining module; otherwise ship the code with cloudpickle."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", "")
-    if module and module != "__main__" and "<locals>" not in qualname:
-        return WorkerTarget(import_path=f"{module}:{qualname}")
-    import cloudpickle
-
-    return WorkerTarget(pickled=cloudpickle.dumps(obj))
-
+__all__ = [
+    "Connection",
+    "Endpoint",
+    "EndpointClass",
+    "EndpointClient",
+    "EndpointCommand",
+    "EndpointFunction",
+    "EndpointSpec",
+    "JobHandle",
+    "ServerConnection",
+    "ServerlessScalerType",
+    "WorkerTarget",
+]
 
 # --------------------------------------------------------------------------------------------------------------------
 # Handles
@@ -315,13 +105,13 @@ class Endpoint:
             raise InvalidEndpointError(
                 "Did you forget parentheses? Use @Endpoint(name='my-endpoint', gpu=GpuGroup.ANY), not a bare @Endpoint"
             )
-        unknown = sorted(set(options) - set(_OPTIONS))
+        unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             hints = []
             for option in unknown:
-                close = difflib.get_close_matches(option, _OPTIONS, n=1)
+                close = difflib.get_close_matches(option, OPTIONS, n=1)
                 hints.append(f"{option!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise InvalidEndpointError(f"Endpoint: unknown option {', '.join(hints)}; accepted: {', '.join(_OPTIONS)}")
+            raise InvalidEndpointError(f"Endpoint: unknown option {', '.join(hints)}; accepted: {', '.join(OPTIONS)}")
         if name is not None:
             if "name" in options:
                 raise InvalidEndpointError("Endpoint: name given twice, positionally and as name=; keep one")
@@ -337,7 +127,7 @@ class Endpoint:
                 "Endpoint: worker_cwd is the working directory of worker_command; give worker_command too"
             )
         self = super().__new__(cls)
-        self.spec = _build_spec(options)
+        self.spec = build_spec(options)
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -348,7 +138,7 @@ class Endpoint:
         if inspect.isclass(target):
             methods = public_methods(target)
             if not methods:
-                raise _fail(
+                raise invalid(
                     self.spec.name,
                     f"class {target.__name__} has no public method to call; add e.g. "
                     "`async def predict(self, data): ...`",
@@ -359,7 +149,7 @@ class Endpoint:
             return EndpointFunction(self.spec, target)
         if inspect.isfunction(target) or inspect.iscoroutinefunction(target) or inspect.ismethod(target):
             return EndpointFunction(self.spec, target)
-        raise _fail(self.spec.name, f"@Endpoint decorates a function or a class, not {type(target).__name__}")
+        raise invalid(self.spec.name, f"@Endpoint decorates a function or a class, not {type(target).__name__}")
 
 
 def _endpoint_with_spec(spec: EndpointSpec) -> Endpoint:
@@ -390,14 +180,14 @@ class _Bound:
         conn = self._conn
         if conn is not None and not getattr(conn, "closed", False):
             return conn
-        conn = _connection()
+        conn = connect()
         await conn.register(self.spec, self.worker_target())
         self._conn = conn
         return conn
 
     def worker_target(self) -> WorkerTarget:
         """How a worker runs this endpoint."""
-        return _target_for(self._target_obj)
+        return worker_target_for(self._target_obj)
 
     async def _submit(self, payload: Any, extra: dict[str, Any]) -> JobHandle:
         conn = await self._connect()
@@ -407,7 +197,7 @@ class _Bound:
     async def _call(self, payload: Any, extra: dict[str, Any]) -> Any:
         conn = await self._connect()
         view = await conn.call(self.spec.name, payload, extra)
-        return _result(view)
+        return job_result(view)
 
     async def explain(self) -> Explanation:
         """Why this endpoint's jobs wait (or that they don't), per GPU candidate."""
@@ -561,98 +351,6 @@ class MethodCall:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Job handles
-
-
-def _result(view: JobView) -> Any:
-    if view.status is JobStatus.COMPLETED:
-        return codec.decode_value(view.output)
-    raise _failure(view)
-
-
-def _failure(view: JobView) -> JobFailedError:
-    error = view.error
-    reason = view.reason.value if view.reason else None
-    kind: type[JobFailedError] = JobFailedError
-    if view.status is JobStatus.CANCELLED:
-        kind = JobCancelledError
-    elif view.status is JobStatus.TIMED_OUT:
-        kind = JobTimeoutError
-    head = f"job {view.id} on endpoint {view.endpoint!r} ended {view.status.value}"
-    if reason:
-        head += f" ({reason})"
-    if error is not None:
-        head += f": {error.type}: {error.message}"
-    return kind(
-        head,
-        job_id=view.id,
-        status=view.status.value,
-        reason=reason,
-        remote_type=error.type if error else None,
-        remote_message=error.message if error else None,
-        remote_traceback=error.traceback if error else None,
-    )
-
-
-class JobHandle:
-    """A submitted job: ``id``, ``await status()``, ``await wait()``, ``output``, ``error``, ``await cancel()``."""
-
-    def __init__(self, conn: Connection, view: JobView) -> None:
-        self._conn = conn
-        self._view = view
-
-    @property
-    def id(self) -> str:
-        return self._view.id
-
-    @property
-    def view(self) -> JobView:
-        """The last snapshot fetched: delay and execution time, worker id, placement, reason, retries."""
-        return self._view
-
-    @property
-    def output(self) -> Any:
-        """The output once COMPLETED (after ``wait()`` or ``status()``), else None."""
-        if self._view.status is JobStatus.COMPLETED:
-            return codec.decode_value(self._view.output)
-        return None
-
-    @property
-    def error(self) -> JobFailedError | None:
-        """The failure once the job ended without output, else None."""
-        if self._view.status.terminal and self._view.status is not JobStatus.COMPLETED:
-            return _failure(self._view)
-        return None
-
-    async def status(self) -> str:
-        """The job's status now: "IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED" or "TIMED_OUT"."""
-        self._view = await self._conn.get(self.id)
-        return self._view.status.value
-
-    async def wait(self, timeout: float | None = None) -> str:
-        """Wait until the job ends and return its final status; ``TimeoutError`` if ``timeout`` seconds pass first."""
-        self._view = await self._conn.wait(self.id, timeout)
-        return self._view.status.value
-
-    async def result(self, timeout: float | None = None) -> Any:
-        """Wait and return the output, or raise ``JobFailedError`` (with the remote type and traceback)."""
-        await self.wait(timeout)
-        return _result(self._view)
-
-    async def cancel(self) -> str:
-        """Cancel the job (queued or running) and return its status; finished jobs are left as they are."""
-        self._view = await self._conn.cancel(self.id)
-        return self._view.status.value
-
-    async def explain(self) -> Explanation:
-        """Why the job waits: its queue position and a reason per GPU candidate."""
-        return await self._conn.explain_job(self.id)
-
-    def __repr__(self) -> str:
-        return f"<Job {self.id} {self._view.status.value}>"
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # Endpoint(id=...): a client of a served endpoint
 
 
@@ -664,7 +362,7 @@ def _client_for(options: dict[str, Any]) -> EndpointClient:
             f"options ({', '.join(sorted(options))}) belong to that server's @Endpoint declaration: "
             f"write Endpoint(id={endpoint_id!r}) alone"
         )
-    if not isinstance(endpoint_id, str) or not _NAME.match(endpoint_id):
+    if not isinstance(endpoint_id, str) or not NAME.match(endpoint_id):
         raise InvalidEndpointError(
             "Endpoint(id=...) takes the name of the served endpoint (letters, digits, '.', '_' or '-'), "
             f"e.g. Endpoint(id='inference'); got {endpoint_id!r}"
@@ -713,7 +411,7 @@ class EndpointClient(Endpoint):
                 "FLASHPOINT_URL to its address (e.g. FLASHPOINT_URL=http://127.0.0.1:8000 for `flashpoint serve "
                 "app.py`) and FLASHPOINT_API_KEY to its key"
             )
-        conn = _connection()
+        conn = connect()
         if not isinstance(conn, ServerConnection):
             raise ConfigError(
                 f"Endpoint(id={self.id!r}) needs a connection to a flashpoint server, but the connection in use "
@@ -770,28 +468,16 @@ class EndpointClient(Endpoint):
         return f"<Endpoint id={self.id!r} (served)>"
 
 
-__all__ = [
-    "Endpoint",
-    "EndpointClass",
-    "EndpointClient",
-    "EndpointFunction",
-    "EndpointSpec",
-    "JobHandle",
-    "ServerlessScalerType",
-    "WorkerTarget",
-]
-
-
 def _command_for(options: dict[str, Any]) -> EndpointCommand:
     command, cwd = options.pop("worker_command"), options.pop("worker_cwd", None)
     name = options.get("name")
     if isinstance(command, str) or not isinstance(command, Sequence) or not command:
-        raise _fail(name, f"worker_command must be a list of strings, e.g. ['python', 'handler.py']; got {command!r}")
+        raise invalid(name, f"worker_command must be a list of strings, e.g. ['python', 'handler.py']; got {command!r}")
     if not all(isinstance(part, str) and part for part in command):
-        raise _fail(name, f"worker_command must hold non-empty strings only, got {command!r}")
+        raise invalid(name, f"worker_command must hold non-empty strings only, got {command!r}")
     if cwd is not None and not isinstance(cwd, str | os.PathLike):
-        raise _fail(name, f"worker_cwd must be a directory path, got {cwd!r}")
-    spec = _replace(_build_spec(options), kind="command")
+        raise invalid(name, f"worker_cwd must be a directory path, got {cwd!r}")
+    spec = _replace(build_spec(options), kind="command")
     return EndpointCommand(spec, WorkerTarget(command=tuple(command), cwd=None if cwd is None else os.fspath(cwd)))
 
 
@@ -840,9 +526,7 @@ class EndpointCommand(_Bound):
 
     def job(self, job_id: str) -> JobHandle:
         """A handle on an existing job of this endpoint (connected on its first call)."""
-        return JobHandle(
-            self._conn if self._conn is not None else _connection(), JobView.queued(job_id, self.spec.name)
-        )
+        return JobHandle(self._conn if self._conn is not None else connect(), JobView.queued(job_id, self.spec.name))
 
     async def cancel(self, job_id: str) -> str:
         """Cancel a job (queued or running) and return its status; finished jobs are left as they are."""

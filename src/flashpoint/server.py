@@ -32,11 +32,11 @@ from flashpoint.endpoint import (
     EndpointFunction,
     EndpointSpec,
     WorkerTarget,
-    _failure as job_failure,
 )
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.explain import Explanation
 from flashpoint.fleet import discover
+from flashpoint.jobhandle import job_failure
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.store.memory import MemoryJobStore

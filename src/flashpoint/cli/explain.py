@@ -18,12 +18,12 @@ from flashpoint.cli.live import LivePlane, Unreachable, describe, live_planes, n
 from flashpoint.cli.output import fleet_summary, print_json
 from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
-from flashpoint.endpoint import EndpointSpec
 from flashpoint.errors import ConfigError, NotFoundError
 from flashpoint.explain import Explanation, Reason
 from flashpoint.fleet import discover
 from flashpoint.scheduler.inventory import Device, Inventory
 from flashpoint.scheduler.placement import NoFit, place
+from flashpoint.spec import EndpointSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,13 +22,13 @@ from enum import Enum
 from typing import Any
 
 from flashpoint.backends.base import Backend, Launch
-from flashpoint.endpoint import EndpointSpec, ServerlessScalerType, WorkerTarget
 from flashpoint.errors import BackendError, InvalidEndpointError, InvalidTransitionError, NotFoundError
 from flashpoint.explain import Code, Explanation, Reason as WaitReason
 from flashpoint.gpus import describe
 from flashpoint.jobs import DEFAULT_TTL_MS, Job, JobError, JobStatus, JobView, Placement, Reason
 from flashpoint.scheduler.inventory import Device, Holder, Inventory
 from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
+from flashpoint.spec import EndpointSpec, ServerlessScalerType, WorkerTarget
 from flashpoint.store.base import JobStore
 from flashpoint.worker.runtime import LOG_MARK
 

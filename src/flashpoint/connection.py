@@ -1,0 +1,44 @@
+"""The seam between handles and a control plane: the Connection protocol, and how a handle finds its connection."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from flashpoint.jobs import JobView
+from flashpoint.spec import EndpointSpec, WorkerTarget
+
+if TYPE_CHECKING:
+    from flashpoint.explain import Explanation
+
+
+class Connection(Protocol):
+    """What a handle needs from a control plane; the embedded plane and the HTTP client both provide it."""
+
+    async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None: ...
+    async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView: ...
+    async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView: ...
+    async def get(self, job_id: str) -> JobView: ...
+    async def wait(self, job_id: str, timeout: float | None) -> JobView: ...
+    async def cancel(self, job_id: str) -> JobView: ...
+    async def explain_job(self, job_id: str) -> Explanation: ...
+    async def explain_endpoint(self, name: str) -> Explanation: ...
+    # declared with `def`: implementations are async generators (`async def ...: yield chunk`)
+    def stream(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
+        """Submit a job to a generator endpoint and yield its decoded chunks; JobFailedError if it fails."""
+        ...
+
+
+@runtime_checkable
+class ServerConnection(Connection, Protocol):
+    """A connection to a flashpoint server (``FLASHPOINT_URL``), which ``Endpoint(id=...)`` clients need."""
+
+    async def check_endpoint(self, name: str) -> None: ...
+
+
+def connect() -> Connection:
+    # The one seam where the SDK reaches the composition root: imported lazily so that `import flashpoint` stays
+    # cheap and free of the HTTP stack.
+    from flashpoint.server import connection  # noqa: TID251
+
+    return connection()

@@ -1,0 +1,211 @@
+"""Endpoint specs: the frozen, validated options of an endpoint, and how a worker runs its code.
+
+Everything an ``@Endpoint(...)`` call says is checked here, at decoration time, with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from flashpoint.errors import InvalidEndpointError, UnknownGPUError
+from flashpoint.gpus import Candidate, GpuGroup, candidates, describe
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+OPTIONS = (
+    "name",
+    "id",
+    "gpu",
+    "cpu",
+    "gpu_count",
+    "workers",
+    "idle_timeout",
+    "execution_timeout_ms",
+    "max_concurrency",
+    "env",
+    "dependencies",
+    "system_dependencies",
+    "scaler_type",
+    "scaler_value",
+    "worker_command",
+    "worker_cwd",
+)
+
+
+class ServerlessScalerType(str, Enum):
+    """How an endpoint adds workers, as in Flash."""
+
+    #: add a worker when the oldest queued job has waited ``scaler_value`` seconds (the first one at once)
+    QUEUE_DELAY = "QUEUE_DELAY"
+    #: keep about ``(queued + running jobs) / scaler_value`` workers
+    REQUEST_COUNT = "REQUEST_COUNT"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    """Everything the control plane needs to know about an endpoint; validated at decoration time."""
+
+    name: str
+    #: ordered GPU candidates (empty for cpu endpoints)
+    candidates: tuple[Candidate, ...]
+    cpu: str | None = None
+    gpu_count: int = 1
+    workers_min: int = 0
+    workers_max: int = 1
+    idle_timeout_s: float = 60.0
+    execution_timeout_ms: int = 0
+    max_concurrency: int = 1
+    env: Mapping[str, str] = field(default_factory=dict)
+    dependencies: tuple[str, ...] = ()
+    system_dependencies: tuple[str, ...] = ()
+    scaler_type: ServerlessScalerType = ServerlessScalerType.QUEUE_DELAY
+    scaler_value: int = 4
+    #: "function" or "class"
+    kind: str = "function"
+    #: public method names of a class endpoint, in definition order
+    methods: tuple[str, ...] = ()
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.cpu is None
+
+    def describe_gpu(self) -> str:
+        if not self.uses_gpu:
+            return f"cpu={self.cpu}"
+        return " > ".join(describe(c) for c in self.candidates) + (
+            f" (x{self.gpu_count})" if self.gpu_count > 1 else ""
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerTarget:
+    """How a worker runs the endpoint: flashpoint's runtime importing it by path or loading cloudpickle bytes, or
+    a command of the user's own (e.g. an unmodified ``runpod.serverless.start`` handler) run in ``cwd``."""
+
+    import_path: str | None = None
+    pickled: bytes | None = None
+    command: tuple[str, ...] | None = None
+    cwd: str | None = None
+
+
+def invalid(name: str | None, message: str) -> InvalidEndpointError:
+    """The decoration-time error, naming the endpoint when it has a name."""
+    return InvalidEndpointError(f"Endpoint {name!r}: {message}" if name else f"Endpoint: {message}")
+
+
+def _int(name: str | None, option: str, value: Any, *, minimum: int, example: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(name, f"{option} must be an integer, got {value!r}; e.g. {example}")
+    if value < minimum:
+        raise invalid(name, f"{option} must be >= {minimum}, got {value}; e.g. {example}")
+    return value
+
+
+def _workers(name: str | None, value: Any) -> tuple[int, int]:
+    if isinstance(value, tuple | list) and len(value) == 2:
+        low = _int(name, "workers min", value[0], minimum=0, example="workers=(0, 4)")
+        high = _int(name, "workers max", value[1], minimum=1, example="workers=(0, 4)")
+        if low > high:
+            raise invalid(name, f"workers=({low}, {high}): min is greater than max; write workers=({high}, {low})?")
+        return low, high
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(name, f"workers must be N or (min, max), got {value!r}; e.g. workers=2 or workers=(0, 4)")
+    return 0, _int(name, "workers", value, minimum=1, example="workers=2 (up to two workers)")
+
+
+def _strings(name: str | None, option: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
+        raise invalid(name, f"{option} must be a list of strings, e.g. {option}=['numpy>=1.26']; got {value!r}")
+    return tuple(value)
+
+
+def build_spec(options: dict[str, Any]) -> EndpointSpec:
+    name = options.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise invalid(
+            None,
+            f"name must be a non-empty string of letters, digits, '.', '_' or '-' (at most 128), got {name!r}; "
+            "e.g. @Endpoint(name='inference', gpu=GpuGroup.ANY)",
+        )
+    gpu, cpu = options.get("gpu"), options.get("cpu")
+    if gpu is not None and cpu is not None:
+        raise invalid(
+            name, "gpu and cpu are mutually exclusive: pass gpu=... for a GPU worker or cpu=... for a CPU one"
+        )
+    if cpu is not None and (not isinstance(cpu, str) or not cpu):
+        raise invalid(name, f"cpu must be a CPU instance type string, e.g. cpu='cpu3c-1-2'; got {cpu!r}")
+    try:
+        ordered = candidates(GpuGroup.ANY if gpu is None else gpu) if cpu is None else ()
+    except UnknownGPUError as exc:
+        raise UnknownGPUError(f"Endpoint {name!r}: {exc}", name=exc.name, suggestions=exc.suggestions) from None
+    except InvalidEndpointError as exc:
+        raise invalid(name, str(exc)) from None
+    gpu_count = _int(name, "gpu_count", options.get("gpu_count", 1), minimum=1, example="gpu_count=2")
+    if cpu is not None and "gpu_count" in options and gpu_count != 1:
+        raise invalid(name, "gpu_count needs a GPU endpoint; drop gpu_count or replace cpu=... with gpu=...")
+    low, high = _workers(name, options.get("workers", (0, 1)))
+    idle = options.get("idle_timeout", 60)
+    if isinstance(idle, bool) or not isinstance(idle, int | float) or not math.isfinite(idle) or idle < 0:
+        raise invalid(name, f"idle_timeout must be seconds >= 0, got {idle!r}; e.g. idle_timeout=60")
+    timeout_ms = _int(
+        name,
+        "execution_timeout_ms",
+        options.get("execution_timeout_ms", 0),
+        minimum=0,
+        example="execution_timeout_ms=600_000 (10 minutes; 0 means no limit)",
+    )
+    concurrency = _int(
+        name, "max_concurrency", options.get("max_concurrency", 1), minimum=1, example="max_concurrency=4"
+    )
+    env = options.get("env")
+    env = {} if env is None else env
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise invalid(name, f"env must map strings to strings, e.g. env={{'HF_HOME': '/data'}}; got {env!r}")
+    scaler = options.get("scaler_type", ServerlessScalerType.QUEUE_DELAY)
+    try:
+        scaler_type = ServerlessScalerType(str(scaler).upper())
+    except ValueError:
+        raise invalid(name, f"scaler_type must be 'QUEUE_DELAY' or 'REQUEST_COUNT', got {scaler!r}") from None
+    scaler_value = _int(name, "scaler_value", options.get("scaler_value", 4), minimum=1, example="scaler_value=4")
+    return EndpointSpec(
+        name=name,
+        candidates=ordered,
+        cpu=cpu,
+        gpu_count=gpu_count,
+        workers_min=low,
+        workers_max=high,
+        idle_timeout_s=float(idle),
+        execution_timeout_ms=timeout_ms,
+        max_concurrency=concurrency,
+        env=dict(env),
+        dependencies=_strings(name, "dependencies", options.get("dependencies")),
+        system_dependencies=_strings(name, "system_dependencies", options.get("system_dependencies")),
+        scaler_type=scaler_type,
+        scaler_value=scaler_value,
+    )
+
+
+def public_methods(cls: type) -> tuple[str, ...]:
+    """The callable public methods a class endpoint exposes, in definition order."""
+    return tuple(attr for attr, value in vars(cls).items() if not attr.startswith("_") and inspect.isfunction(value))
+
+
+def worker_target_for(obj: Any) -> WorkerTarget:
+    """Import by path when the worker can import the defining module; otherwise ship the code with cloudpickle."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", "")
+    if module and module != "__main__" and "<locals>" not in qualname:
+        return WorkerTarget(import_path=f"{module}:{qualname}")
+    import cloudpickle
+
+    return WorkerTarget(pickled=cloudpickle.dumps(obj))
