@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -502,3 +504,29 @@ def test_constructor_arguments_travel_with_the_instance() -> None:
     assert OneMethod(size=2)._init == {"size": 2}
     init = OneMethod(3)._init
     assert codec.decode_call(init) == ((3,), {})
+
+
+@pytest.mark.parametrize(
+    ("options", "advice"),
+    [
+        ({"worker_command": "python handler.py"}, "list of strings, e.g. ['python', 'handler.py']"),
+        ({"worker_command": []}, "list of strings"),
+        ({"worker_command": ["python", ""]}, "non-empty strings"),
+        ({"worker_command": ["python", "h.py"], "worker_cwd": 3}, "worker_cwd must be a directory path"),
+        ({"worker_cwd": "/srv"}, "give worker_command too"),
+    ],
+)
+def test_worker_command_mistakes_fail_at_declaration(options: dict[str, Any], advice: str) -> None:
+    with pytest.raises(InvalidEndpointError, match=re.escape(advice)):
+        Endpoint(name="handler", **options)
+
+
+def test_a_command_endpoint_runs_its_command_and_is_not_a_decorator(tmp_path: Path) -> None:
+    handler = Endpoint(name="handler", gpu=GpuType.NVIDIA_H200, worker_command=["python", "h.py"], worker_cwd=tmp_path)
+    assert handler.spec.kind == "command" and handler.spec.candidates == (H200,)
+    assert handler.worker_target().command == ("python", "h.py") and handler.worker_target().cwd == str(tmp_path)
+    with pytest.raises(InvalidEndpointError, match="cannot decorate"):
+
+        @handler
+        async def oops(data: dict) -> dict:
+            return data
