@@ -419,7 +419,9 @@ class Server:
         from flashpoint.store.sqlite import SQLiteJobStore
 
         handles = load_endpoints(self.target)
-        devices = discover(self.settings.simulated_gpus, node=self.settings.node)
+        # read after the app is imported: an app may declare its simulated fleet itself (the examples do)
+        simulated = self.settings.simulated_gpus or os.environ.get("FLASHPOINT_SIMULATED_GPUS") or None
+        devices = discover(simulated, node=self.settings.node)
         store = SQLiteJobStore(self.db)
         plane = ControlPlane(
             store,

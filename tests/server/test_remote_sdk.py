@@ -143,3 +143,10 @@ def test_every_key_of_a_comma_separated_list_works(serve: Any) -> None:
         assert answer.status_code == 200, key
     wrong = httpx.get(f"{served.url}/v2/echo/health", headers={"Authorization": "Bearer first-key, second-key"})
     assert wrong.status_code == 401
+
+
+def test_an_app_may_declare_its_simulated_fleet_when_imported(serve: Any) -> None:
+    served = serve(app="tests/apps/self_fleet_app.py", env={"FLASHPOINT_SIMULATED_GPUS": ""})
+    with httpx.Client(base_url=served.url, headers=served.headers, timeout=60) as client:
+        assert [d["model"] for d in client.get("/v1/fleet").json()["devices"]] == ["NVIDIA L40S"]
+        assert client.post("/v2/where/runsync", json={"input": {}}).json()["output"] == "NVIDIA L40S"
