@@ -6,7 +6,6 @@ process, or the server named by ``FLASHPOINT_URL``.
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import functools
 import inspect
@@ -174,7 +173,6 @@ class _Bound:
         self.spec = spec
         self._target_obj = target
         self._conn: Connection | None = None
-        self._lock: asyncio.Lock | None = None
 
     async def _connect(self) -> Connection:
         conn = self._conn

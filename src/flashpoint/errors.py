@@ -19,7 +19,7 @@ Every class has a stable ``code`` used on the wire; the HTTP layer maps classes 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 
 class Error(Exception):
@@ -136,9 +136,3 @@ class StoreError(Error):
     """The job store failed."""
 
     code = "store_error"
-
-
-def error_payload(exc: BaseException) -> dict[str, Any]:
-    """The JSON shape of an error: ``{"code", "message"}``."""
-    code = exc.code if isinstance(exc, Error) else "internal_error"
-    return {"code": code, "message": str(exc)}

@@ -1,13 +1,14 @@
-"""Request body size limit for client routes: a JSON 413 before anything is parsed or stored."""
+"""Request body size limit for client routes: a JSON 413 before anything is parsed or stored.
+
+Worker routes never pass through it (``api.app.Dispatch`` sends them to their own router): their bodies are results
+of authenticated workers.
+"""
 
 from __future__ import annotations
 
 import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-#: worker routes carry results of authenticated workers; they are not held to the client limit
-_WORKER_ROUTES = ("/job-done/", "/job-stream/")
 
 
 class _TooLarge(BaseException):
@@ -22,7 +23,7 @@ class BodyLimit:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or any(part in scope["path"] for part in _WORKER_ROUTES):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         length = dict(scope["headers"]).get(b"content-length")

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from flashpoint.config import Settings
-from flashpoint.errors import Error, NotFoundError
+from flashpoint.errors import Error
 
 #: seconds to wait for a plane's answer; planes answer from memory, so anything slower means it is stuck
 TIMEOUT_S = 5.0
@@ -106,10 +106,3 @@ def no_plane_message(settings: Settings) -> str:
         f"no running flashpoint process found on this machine (announcements in {settings.state_dir / 'run'}); "
         "start your script, or pass --app app.py to explain its endpoints against this machine's fleet"
     )
-
-
-def require_planes(settings: Settings) -> list[LivePlane]:
-    planes = live_planes(settings)
-    if not planes:
-        raise NotFoundError(no_plane_message(settings))
-    return planes

@@ -72,7 +72,6 @@ class Worker:
     state: WorkerState = WorkerState.STARTING
     started_at: float = field(default_factory=time.monotonic)
     idle_since: float = field(default_factory=time.monotonic)
-    last_seen: float = field(default_factory=time.monotonic)
     jobs: set[str] = field(default_factory=set)
     #: job ids to hand to the worker's job-stop long-poll
     to_stop: list[str] = field(default_factory=list)
@@ -177,7 +176,6 @@ class ControlPlane:
         self._kicked = False
         self._tick_task: asyncio.Task[None] | None = None
         self._closing = False
-        self.on_job_line: Callable[[Job, str], None] | None = None
 
     # ----------------------------------------------------------------------------------------------------------------
     # lifecycle
@@ -386,7 +384,6 @@ class ControlPlane:
         worker = self.workers.get(worker_id)
         if worker is None or worker.endpoint != endpoint:
             return None
-        worker.last_seen = time.monotonic()
         if worker.state is WorkerState.STARTING:
             worker.state = WorkerState.IDLE
             worker.ever_ready = True
