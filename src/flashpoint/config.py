@@ -10,6 +10,9 @@ from pathlib import Path
 
 from flashpoint.errors import ConfigError
 
+#: the worker backends FLASHPOINT_BACKEND and ``serve --backend`` accept
+BACKENDS = ("local", "ray")
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -29,6 +32,14 @@ class Settings:
     state_dir: Path = Path("~/.flashpoint").expanduser()
     #: FLASHPOINT_WEBHOOK_RETRY_S: seconds between webhook attempts (Runpod: 10)
     webhook_retry_s: float = 10.0
+    #: FLASHPOINT_BACKEND: where workers run: "local" (subprocesses of this machine) or "ray" (actors on a Ray cluster)
+    backend: str = "local"
+    #: FLASHPOINT_RAY_ADDRESS: the Ray cluster to join (host:port of the head, or "auto"); unset starts Ray here
+    ray_address: str | None = None
+    #: FLASHPOINT_RAY_READY_TIMEOUT_S: how long a worker's Ray actor may take to start before the next candidate
+    ray_ready_timeout_s: float = 60.0
+    #: FLASHPOINT_WORKER_URL: the control plane's URL as workers on other nodes reach it, e.g. http://10.0.0.5:8000
+    worker_url: str | None = None
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -40,6 +51,14 @@ class Settings:
             raise ConfigError(f"FLASHPOINT_TAKE_HOLD_S must be seconds, e.g. 20; got {hold!r}") from None
         if not 0 < take_hold_s < 90:
             raise ConfigError(f"FLASHPOINT_TAKE_HOLD_S must be between 0 and 90 (workers give up at 90 s); got {hold}")
+        backend = (env.get("FLASHPOINT_BACKEND") or "local").strip().lower()
+        if backend not in BACKENDS:
+            raise ConfigError(f"FLASHPOINT_BACKEND must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        worker_url = (env.get("FLASHPOINT_WORKER_URL") or "").rstrip("/") or None
+        if worker_url is not None and not worker_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"FLASHPOINT_WORKER_URL must be an http:// URL, e.g. http://10.0.0.5:8000; got {worker_url!r}"
+            )
         return cls(
             simulated_gpus=env.get("FLASHPOINT_SIMULATED_GPUS") or None,
             url=env.get("FLASHPOINT_URL") or None,
@@ -48,6 +67,10 @@ class Settings:
             take_hold_s=take_hold_s,
             state_dir=Path(env.get("FLASHPOINT_STATE_DIR") or "~/.flashpoint").expanduser(),
             webhook_retry_s=_seconds(env, "FLASHPOINT_WEBHOOK_RETRY_S", 10.0),
+            backend=backend,
+            ray_address=env.get("FLASHPOINT_RAY_ADDRESS") or None,
+            ray_ready_timeout_s=_seconds(env, "FLASHPOINT_RAY_READY_TIMEOUT_S", 60.0),
+            worker_url=worker_url,
         )
 
 

@@ -11,6 +11,7 @@
     │  ├─ JobCancelledError      the job was cancelled
     │  └─ JobTimeoutError        the job ended TIMED_OUT
     ├─ BackendError              a worker could not be started or the backend failed
+    │  └─ NotReadyError          a worker's home (a Ray actor) was not ready in time: try the next candidate
     └─ StoreError                persistence failure
 
 Every class has a stable ``code`` used on the wire; the HTTP layer maps classes to statuses in one table.
@@ -130,6 +131,16 @@ class BackendError(Error):
     """A backend could not start or reach a worker."""
 
     code = "backend_error"
+
+
+class NotReadyError(BackendError):
+    """A worker was placed but its process never came up in time (a Ray actor still pending, say).
+
+    The plane does not count it as a failed start: it sets the devices aside for a while and places the worker on
+    the next candidate.
+    """
+
+    code = "worker_not_ready"
 
 
 class StoreError(Error):

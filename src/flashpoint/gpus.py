@@ -22,7 +22,9 @@ __all__ = [
     "GpuType",
     "candidates",
     "describe",
+    "gpu_model_label",
     "identify",
+    "identify_label",
     "model_of",
     "parse_gpu",
     "pool_models",
@@ -292,6 +294,31 @@ def identify(nvml_name: str, memory_mb: int | None = None) -> GPUModel | None:
     if memory_mb is not None and memory_mb < model.vram_gb * 1024 * _MIN_MEMORY_SHARE:
         return None
     return model
+
+
+def gpu_model_label(nvml_name: str) -> str:
+    """The value of a Ray node's ``gpu-model`` label for a device NVML calls ``nvml_name``: spaces become hyphens.
+
+    Ray labels follow Kubernetes' syntax (at most 63 of ``[A-Za-z0-9._-]``, alphanumeric at both ends), so any other
+    character becomes a hyphen too. Example: ``gpu_model_label("NVIDIA A100 80GB PCIe") == "NVIDIA-A100-80GB-PCIe"``.
+    """
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", " ".join(nvml_name.split()))
+    return label[:63].strip("-_.")
+
+
+_BY_LABEL: Final[dict[str, GPUModel]] = {
+    gpu_model_label(spelling).casefold(): m
+    for m in MODELS
+    for spelling in (m.name, *m.nvml_names, *(f"NVIDIA {s}" for s in m.nvml_names if not s.startswith("NVIDIA")))
+}
+
+
+def identify_label(label: str) -> GPUModel | None:
+    """The catalog model a ``gpu-model`` node label names (the inverse of ``gpu_model_label``), or None.
+
+    As with ``identify``, similar cards are not confused: ``NVIDIA-H200-NVL`` gives None, not the H200.
+    """
+    return _BY_LABEL.get(gpu_model_label(label).casefold())
 
 
 # --- parse_gpu: names users type -------------------------------------------------------------------------

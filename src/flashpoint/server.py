@@ -21,8 +21,10 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from flashpoint import codec
+from flashpoint.backends.base import Backend
 from flashpoint.backends.local import LocalBackend, python_env
 from flashpoint.config import Settings
 from flashpoint.endpoint import (
@@ -52,6 +54,38 @@ def _new_loop() -> asyncio.AbstractEventLoop:
         return uvloop.new_event_loop()
     except ImportError:  # uvloop is optional (not on Windows)
         return asyncio.new_event_loop()
+
+
+def open_backend(settings: Settings, simulated: str | None) -> tuple[Backend, dict[str, str], int | None]:
+    """The backend ``settings`` names, with its fleet read; plus the environment and the parent pid its workers get.
+
+    Local workers inherit this process's environment and die with it (their parent). A Ray worker's process is the
+    child of its actor on its node: it gets the node's environment with only the import path added, and dies with the
+    actor (the actor sets that up).
+    """
+    if settings.backend == "ray":
+        from flashpoint.backends.ray import RayBackend
+
+        local = [] if settings.ray_address else discover(simulated, node=settings.node)
+        backend = RayBackend(settings.ray_address, ready_timeout_s=settings.ray_ready_timeout_s, local_devices=local)
+        backend.connect()
+        env = python_env()
+        return backend, {"PYTHONPATH": env["PYTHONPATH"], "PYTHONUNBUFFERED": "1"}, None
+    return LocalBackend(discover(simulated, node=settings.node)), python_env(), os.getpid()
+
+
+def _worker_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # accepted connections inherit TCP_NODELAY: without it, small responses wait on delayed ACKs (~40 ms)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
 class EmbeddedPlane:
@@ -100,26 +134,25 @@ class EmbeddedPlane:
         from flashpoint.api.workers import worker_routes
 
         self._stop = asyncio.Event()
-        devices = discover(self.settings.simulated_gpus, node=self.settings.node)
+        backend, worker_env, parent_pid = open_backend(self.settings, self.settings.simulated_gpus)
         worker_key = secrets.token_urlsafe(24)
         self.plane = ControlPlane(
             MemoryJobStore(),
-            LocalBackend(devices),
+            backend,
             worker_key=worker_key,
             take_hold_s=self.settings.take_hold_s,
-            worker_env=python_env(),
-            parent_pid=os.getpid(),
+            worker_env=worker_env,
+            parent_pid=parent_pid,
             node=self.settings.node,
         )
         # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
         native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))
         app = Starlette(routes=[*worker_routes(self.plane), native])
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # accepted connections inherit TCP_NODELAY: without it, small responses wait on delayed ACKs (~40 ms)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        # Workers on other nodes (Ray) reach the plane where FLASHPOINT_WORKER_URL says; every route needs a key
+        where = urlsplit(self.settings.worker_url) if self.settings.worker_url else None
+        host = (where.hostname if where else None) or "127.0.0.1"
+        sock = _worker_socket(host, (where.port if where else None) or 0)
+        self.url = _url(host, sock.getsockname()[1])
         self.plane.base_url = self.url
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=120)
         server = uvicorn.Server(config)
@@ -135,9 +168,11 @@ class EmbeddedPlane:
         try:
             await self._stop.wait()
         finally:
-            await self.plane.close()
-            server.should_exit = True
-            await serving
+            try:
+                await self.plane.close()
+            finally:
+                server.should_exit = True
+                await serving
             if self._announce is not None:
                 self._announce.unlink(missing_ok=True)
 
@@ -421,27 +456,23 @@ class Server:
         handles = load_endpoints(self.target)
         # read after the app is imported: an app may declare its simulated fleet itself (the examples do)
         simulated = self.settings.simulated_gpus or os.environ.get("FLASHPOINT_SIMULATED_GPUS") or None
-        devices = discover(simulated, node=self.settings.node)
+        backend, worker_env, parent_pid = open_backend(self.settings, simulated)
         store = SQLiteJobStore(self.db)
         plane = ControlPlane(
             store,
-            LocalBackend(devices),
+            backend,
             worker_key=secrets.token_urlsafe(24),
             take_hold_s=self.settings.take_hold_s,
-            worker_env=python_env(),
-            parent_pid=os.getpid(),
+            worker_env=worker_env,
+            parent_pid=parent_pid,
             node=self.settings.node,
             requeue_on_close=True,
         )
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((self.host, self.port))
+        sock = _worker_socket(self.host, self.port)
         port = sock.getsockname()[1]
-        # local workers reach a wildcard-bound server on loopback
+        # local workers reach a wildcard-bound server on loopback; workers on other nodes where the user says
         worker_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        plane.base_url = f"http://{'[' + worker_host + ']' if ':' in worker_host else worker_host}:{port}"
+        plane.base_url = self.settings.worker_url or _url(worker_host, port)
 
         async def startup() -> None:
             await plane.start()

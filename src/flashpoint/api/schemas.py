@@ -36,6 +36,9 @@ class Device(Schema):
     vram_gb: int
     recognised: bool = Field(description="false: only GpuGroup.ANY can use it")
     simulated: bool
+    coarse: bool = Field(
+        description="true: the model comes from Ray's coarse accelerator type; the node has no gpu-model label"
+    )
     worker: str | None
     endpoint: str | None
 

@@ -12,6 +12,8 @@ from flashpoint.scheduler.inventory import Device
 LineCallback = Callable[[str, str, str], None]
 #: called once with (worker_id, exit code) when the worker process is gone
 ExitCallback = Callable[[str, int], None]
+#: called with the whole fleet, in a stable order, whenever it changes (a node joined or left)
+FleetCallback = Callable[[list[Device]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +37,17 @@ class Backend(Protocol):
         """The fleet this backend places workers on, in a stable order."""
         ...
 
-    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> None:
-        """Start the worker; raise BackendError if it cannot be started at all."""
+    def watch(self, on_change: FleetCallback) -> None:
+        """Report fleet changes from now on, on the running loop; a fixed fleet never calls ``on_change``."""
+        ...
+
+    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> tuple[int, ...] | None:
+        """Start the worker; raise BackendError if it cannot be started at all, NotReadyError if its place never
+        came up (the plane then tries the next candidate).
+
+        Returns the device ids the worker really got when the backend, not the plane's ledger, numbers them (Ray
+        hands an actor GPU ids of its own choosing on the node); None when the launch's devices are the ones.
+        """
         ...
 
     async def stop(self, worker_id: str, grace_s: float) -> None:

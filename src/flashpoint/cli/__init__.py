@@ -28,6 +28,7 @@ app = typer.Typer(
 app.command("gpus")(gpus.gpus)
 app.command("explain")(explain.explain)
 app.command("serve")(serve.serve)
+app.command("ray-flags")(gpus.ray_flags)
 
 
 def _version(value: bool) -> None:

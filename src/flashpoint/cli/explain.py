@@ -15,13 +15,13 @@ from urllib.parse import quote
 import typer
 
 from flashpoint.cli.live import LivePlane, Unreachable, describe, live_planes, no_plane_message
-from flashpoint.cli.output import fleet_summary, print_json
+from flashpoint.cli.output import print_json
 from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
 from flashpoint.errors import ConfigError, NotFoundError
 from flashpoint.explain import Explanation, Reason
 from flashpoint.fleet import discover
-from flashpoint.scheduler.inventory import Device, Inventory
+from flashpoint.scheduler.inventory import Device, Inventory, fleet_summary
 from flashpoint.scheduler.placement import NoFit, place
 from flashpoint.spec import EndpointSpec
 

@@ -17,6 +17,7 @@ from flashpoint.cli.output import console, device_row, model_summary, print_json
 from flashpoint.config import Settings
 from flashpoint.fleet import discover
 from flashpoint.gpus import MODELS, GpuGroup, pool_models
+from flashpoint.scheduler.inventory import Device
 
 
 def gpus(
@@ -41,6 +42,10 @@ def gpus(
         if fleet is not None:
             fleets.append(fleet)
     source = "live"
+    if not fleets and settings.backend == "ray" and settings.ray_address:
+        source = "ray"
+        rows = [device_row(d) for d in _ray_fleet(settings)]
+        fleets.append({"pid": None, "url": settings.ray_address, "devices": rows, "models": model_summary(rows)})
     if not fleets:
         source = "local"
         rows = [device_row(d) for d in discover(settings.simulated_gpus, node=settings.node)]
@@ -51,7 +56,11 @@ def gpus(
     out = console()
     for fleet in fleets:
         rows = fleet["devices"]
-        if fleet["pid"] is None:
+        if source == "ray":
+            title = (
+                f"GPUs of the Ray cluster at {fleet['url']} (from its nodes' labels; no flashpoint process runs here)"
+            )
+        elif fleet["pid"] is None:
             origin = "simulated via FLASHPOINT_SIMULATED_GPUS" if settings.simulated_gpus else "NVML"
             title = f"GPUs of this machine ({origin}; no flashpoint process is running, so all are free)"
         else:
@@ -61,6 +70,38 @@ def gpus(
             continue
         out.print(device_table(title, rows))
         out.print(summary_table(fleet["models"]))
+
+
+def _ray_fleet(settings: Settings) -> list[Device]:
+    """The devices of the Ray cluster FLASHPOINT_RAY_ADDRESS names, as the Ray backend would see them."""
+    import ray
+
+    from flashpoint.backends.ray import RayBackend
+
+    backend = RayBackend(settings.ray_address)
+    backend.connect()
+    try:
+        return backend.devices()
+    finally:
+        ray.shutdown()
+
+
+def ray_flags(
+    simulated_gpus: Annotated[
+        str | None,
+        typer.Option(help="Describe simulated devices instead, e.g. 'NVIDIA_H200:1' (as FLASHPOINT_SIMULATED_GPUS)."),
+    ] = None,
+) -> None:
+    """Print the `ray start` flags that describe this node's GPUs to flashpoint's Ray backend.
+
+    The GPU count and a gpu-model label holding the exact NVML name (spaces as hyphens), read from NVML, or from
+    FLASHPOINT_SIMULATED_GPUS. Use it as: ray start --address=HEAD:6379 $(flashpoint ray-flags)
+    """
+    from flashpoint.backends.ray import start_flags
+
+    settings = Settings.load()
+    devices = discover(simulated_gpus or settings.simulated_gpus, node=settings.node)
+    print(" ".join(start_flags(devices)))
 
 
 def _plane_fleet(plane: LivePlane) -> dict[str, Any] | None:
@@ -76,9 +117,10 @@ def _plane_fleet(plane: LivePlane) -> dict[str, Any] | None:
 
 
 def _model_label(row: dict[str, Any]) -> str:
-    if row["recognised"]:
-        return str(row["model"])
-    return f"{row['name']} - unrecognised (ANY only)"
+    label = str(row["model"]) if row["recognised"] else f"{row['name']} - unrecognised (ANY only)"
+    if row.get("coarse"):
+        label += " (coarse: Ray accelerator type; label the node, see `flashpoint ray-flags`)"
+    return label
 
 
 def device_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:

@@ -33,6 +33,18 @@ def serve(
         typer.Option(help="Simulated devices, e.g. 'NVIDIA_H200:1,NVIDIA_L40S:2' (as FLASHPOINT_SIMULATED_GPUS)."),
     ] = None,
     max_body_mb: Annotated[float, typer.Option(help="Largest request body a client may send, in MiB.")] = 10.0,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="Where workers run: 'local' (this machine) or 'ray' (a Ray cluster); as FLASHPOINT_BACKEND."),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster to join, e.g. 10.0.0.5:6379 or 'auto'; as FLASHPOINT_RAY_ADDRESS."),
+    ] = None,
+    worker_url: Annotated[
+        str | None,
+        typer.Option(help="This server's URL as workers on other nodes reach it; as FLASHPOINT_WORKER_URL."),
+    ] = None,
     allow_pickle: Annotated[
         bool,
         typer.Option(help="Accept pickled (non-JSON) arguments from SDK clients; they can run code on this server."),
@@ -41,8 +53,14 @@ def serve(
     """Serve the endpoints of APP: Runpod's /v2 API, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     env = dict(os.environ)
-    if simulated_gpus is not None:
-        env["FLASHPOINT_SIMULATED_GPUS"] = simulated_gpus
+    for name, value in (
+        ("FLASHPOINT_SIMULATED_GPUS", simulated_gpus),
+        ("FLASHPOINT_BACKEND", backend),
+        ("FLASHPOINT_RAY_ADDRESS", ray_address),
+        ("FLASHPOINT_WORKER_URL", worker_url),
+    ):
+        if value is not None:
+            env[name] = value
     settings = Settings.load(env)
     keys = [k.strip() for k in (settings.api_key or "").split(",") if k.strip()] + list(api_key or [])
     if max_body_mb <= 0:

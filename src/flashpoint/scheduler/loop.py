@@ -22,11 +22,11 @@ from enum import Enum
 from typing import Any
 
 from flashpoint.backends.base import Backend, Launch
-from flashpoint.errors import BackendError, InvalidEndpointError, InvalidTransitionError, NotFoundError
+from flashpoint.errors import BackendError, InvalidEndpointError, InvalidTransitionError, NotFoundError, NotReadyError
 from flashpoint.explain import Code, Explanation, Reason as WaitReason
 from flashpoint.gpus import describe
 from flashpoint.jobs import DEFAULT_TTL_MS, Job, JobError, JobStatus, JobView, Placement, Reason
-from flashpoint.scheduler.inventory import Device, Holder, Inventory
+from flashpoint.scheduler.inventory import Device, Holder, Inventory, fleet_summary
 from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
 from flashpoint.spec import EndpointSpec, ServerlessScalerType, WorkerTarget
 from flashpoint.store.base import JobStore
@@ -41,6 +41,10 @@ MAX_START_ATTEMPTS = 5
 MAX_RETRIES = 1
 #: log lines kept per job
 MAX_JOB_LOG_LINES = 1000
+#: how long devices whose worker never came up (a Ray actor not ready in time) are passed over by placement
+SET_ASIDE_S = 60.0
+#: what explanations name as the holder of devices set aside
+SET_ASIDE = "(set aside: a worker placed there was not ready in time)"
 
 
 _REASON_TEXT = {
@@ -80,6 +84,8 @@ class Worker:
     retiring: bool = False
     ever_ready: bool = False
     node: str = "local"
+    #: the device ids the backend reports the worker really got, when it numbers them itself (Ray); else the ledger's
+    device_ids: tuple[int, ...] | None = None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
 
     @property
@@ -93,7 +99,7 @@ class Worker:
         return Placement(
             node=first.node,
             gpu_model=first.model_name,
-            device_ids=tuple(d.index for d in self.devices),
+            device_ids=self.device_ids if self.device_ids is not None else tuple(d.index for d in self.devices),
             simulated=first.simulated,
         )
 
@@ -174,6 +180,8 @@ class ControlPlane:
         self._commit_scheduled = False
         self._next_expiry_check = 0.0
         self._kicked = False
+        #: devices passed over until a monotonic time, because a worker placed on them never came up
+        self._set_aside: dict[tuple[str, int], float] = {}
         self._tick_task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -182,6 +190,34 @@ class ControlPlane:
 
     async def start(self) -> None:
         self._tick_task = asyncio.create_task(self._ticker())
+        self.backend.watch(self.fleet_changed)
+
+    def fleet_changed(self, devices: list[Device]) -> None:
+        """A node joined or left (a Ray cluster's fleet moves): workers on departed devices are lost, and every
+        endpoint's "can never run" verdict is made again, so a request waiting for a model runs once a node has it."""
+        present = {d.key for d in devices}
+        before = {d.key for d in self.devices}
+        self.devices = list(devices)
+        log.info(
+            "fleet changed: %d device(s) joined, %d left; now %s",
+            len(present - before),
+            len(before - present),
+            self.fleet_summary(),
+        )
+        for worker in list(self.workers.values()):
+            if any(d.key not in present for d in worker.devices):
+                gone = sorted({d.node for d in worker.devices if d.key not in present})
+                self._lose(worker, f"node {', '.join(gone)} left the fleet")
+        for ep in self.endpoints.values():
+            if not ep.spec.uses_gpu:
+                continue
+            never = feasible(ep.spec.candidates, ep.spec.gpu_count, self.devices)
+            if never is None and ep.never is not None:
+                log.info("endpoint %r can run now: the fleet has %s", ep.spec.name, self.fleet_summary())
+            elif never is not None and ep.never is None:
+                log.warning(self._never_message(ep.spec, never))
+            ep.never = never
+        self.kick()
 
     async def close(self) -> None:
         """Stop every worker; requeue (durable) or cancel (embedded) their jobs. A second call does nothing."""
@@ -257,14 +293,7 @@ class ControlPlane:
         self.kick()
 
     def fleet_summary(self) -> str:
-        if not self.devices:
-            return "no GPUs (set FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1 to simulate some)"
-        counts: dict[tuple[str, str, bool], int] = {}
-        for d in self.devices:
-            counts[(d.node, d.model_name, d.simulated)] = counts.get((d.node, d.model_name, d.simulated), 0) + 1
-        return ", ".join(
-            f"{n} x {model}{' (simulated)' if sim else ''} on {node}" for (node, model, sim), n in counts.items()
-        )
+        return fleet_summary(self.devices)
 
     def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
         models = sorted({d.model_name for d in self.devices})
@@ -696,6 +725,13 @@ class ControlPlane:
             )
             for device in worker.devices:
                 holders[device.key] = Holder(worker.id, worker.endpoint, yieldable)
+        if self._set_aside:
+            now = time.monotonic()
+            for key, until in list(self._set_aside.items()):
+                if until <= now:
+                    del self._set_aside[key]
+                else:
+                    holders.setdefault(key, Holder("", SET_ASIDE))
         return Inventory(tuple(self.devices), holders)
 
     def _desired(self, ep: EndpointState, now: float) -> int:
@@ -837,7 +873,15 @@ class ControlPlane:
 
     async def _launch(self, worker: Worker, launch: Launch) -> None:
         try:
-            await self.backend.start(launch, self._on_line, self._on_exit)
+            worker.device_ids = await self.backend.start(launch, self._on_line, self._on_exit)
+        except NotReadyError as exc:
+            # not the endpoint's fault: pass these devices over for a while, and place the worker on the next candidate
+            log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
+            until = time.monotonic() + SET_ASIDE_S
+            for device in launch.devices:
+                self._set_aside[device.key] = until
+            worker.state = WorkerState.STOPPING
+            self._on_exit(worker.id, -1)
         except BackendError as exc:
             worker.stderr_tail.append(str(exc))
             self._on_exit(worker.id, -1)
@@ -904,22 +948,34 @@ class ControlPlane:
         worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
 
     def _on_exit(self, worker_id: str, code: int) -> None:
-        worker = self.workers.pop(worker_id, None)
+        worker = self.workers.get(worker_id)
         if worker is None:
             return
-        ep = self.endpoints[worker.endpoint]
-        ep.workers.pop(worker_id, None)
         expected = worker.state is WorkerState.STOPPING
+        self._forget(worker, f"worker {worker_id} exited with code {code}")
+        if not worker.ever_ready and not expected and not self._closing:
+            self._start_failed(self.endpoints[worker.endpoint], worker, code)
+        elif not expected:
+            log.warning("worker %s of %s exited unexpectedly with code %s", worker_id, worker.endpoint, code)
+
+    def _lose(self, worker: Worker, why: str) -> None:
+        """A worker whose devices left the fleet: its jobs follow the retry rule now, and its process is ended."""
+        log.warning("worker %s of %s is lost: %s", worker.id, worker.endpoint, why)
+        self._mark_stopping(worker)
+        self._forget(worker, f"worker {worker.id} was lost ({why})")
+        asyncio.get_running_loop().create_task(self.backend.stop(worker.id, 0.0))
+
+    def _forget(self, worker: Worker, what: str) -> None:
+        """Drop a worker that is gone; its running jobs go back to the queue under the retry rule."""
+        self.workers.pop(worker.id, None)
+        ep = self.endpoints[worker.endpoint]
+        ep.workers.pop(worker.id, None)
         if worker.stop_waiter is not None and not worker.stop_waiter.done():
             worker.stop_waiter.set_result(None)
         for job_id in sorted(worker.jobs):
             job = self.store.get(job_id)
             if job is not None and job.status is JobStatus.IN_PROGRESS:
-                self._worker_lost(ep, job, f"worker {worker_id} exited with code {code}")
-        if not worker.ever_ready and not expected and not self._closing:
-            self._start_failed(ep, worker, code)
-        elif not expected:
-            log.warning("worker %s of %s exited unexpectedly with code %s", worker_id, ep.spec.name, code)
+                self._worker_lost(ep, job, what)
         self.kick()
 
     def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
@@ -1138,14 +1194,7 @@ class ControlPlane:
             holder = inventory.holder(d)
             rows.append(
                 {
-                    "node": d.node,
-                    "index": d.index,
-                    "name": d.name,
-                    "model": d.model_name,
-                    "pool": d.model.pool.value if d.model and d.model.pool else None,
-                    "vramGb": d.model.vram_gb if d.model else round(d.memory_mb / 1024),
-                    "recognised": d.model is not None,
-                    "simulated": d.simulated,
+                    **d.to_json(),
                     "worker": holder.worker_id if holder else None,
                     "endpoint": holder.endpoint if holder else None,
                 }

@@ -1,0 +1,404 @@
+"""Ray backend: workers are Ray actors on the nodes of a Ray cluster.
+
+Each actor runs the same worker process the local backend runs, on its node, and that process pulls jobs from the
+control plane over HTTP with the one worker protocol. Ray is the engine that puts a process on a node; flashpoint keeps
+the fleet ledger, the declared fallback order and the explanations, because Ray knows GPU models only coarsely
+(every A100 is "A100"), leaves an impossible request pending without a word, and stalls in its own fallback.
+
+The fleet comes from ``ray.nodes()``: a node's exact GPU model is its ``gpu-model`` label (the NVML name with spaces
+as hyphens, printed by ``flashpoint ray-flags``); without one, Ray's coarse accelerator type stands in and is marked
+``coarse``. Ray is imported only inside functions here, so ``import flashpoint`` never loads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flashpoint.backends import process
+from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback
+from flashpoint.errors import BackendError, ConfigError, NotReadyError
+from flashpoint.gpus import gpu_model_label, identify, identify_label
+from flashpoint.scheduler.inventory import Device
+
+__all__ = [
+    "GPU_MODEL_LABEL",
+    "SIMULATED_LABEL",
+    "RayBackend",
+    "devices_from_nodes",
+    "node_labels",
+    "quiet_ray",
+    "start_flags",
+]
+
+log = logging.getLogger("flashpoint.backends.ray")
+
+#: the node label holding the exact GPU model, e.g. "NVIDIA-H200"
+GPU_MODEL_LABEL = "gpu-model"
+#: "1" on a node whose GPUs are simulated (declared with ``ray start --num-gpus``, no real device behind them)
+SIMULATED_LABEL = "flashpoint-simulated"
+_NODE_ID_LABEL = "ray.io/node-id"
+_ACCELERATOR_LABEL = "ray.io/accelerator-type"
+_ACCELERATOR_RESOURCE = "accelerator_type:"
+
+#: set before Ray starts, unless the user set them: nothing leaves the machine
+NO_PHONE_HOME: Mapping[str, str] = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+
+
+def quiet_ray() -> None:
+    """Turn Ray's usage reporting off (unless the user set those variables); call before Ray starts or connects."""
+    for name, value in NO_PHONE_HOME.items():
+        os.environ.setdefault(name, value)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# labels: what `ray start` needs to describe a node, and what `ray.nodes()` tells back
+
+
+def node_labels(devices: Sequence[Device]) -> dict[str, str]:
+    """The labels that describe a node with these devices to flashpoint's Ray backend.
+
+    Raises:
+        ConfigError: no devices, or devices of more than one model (a Ray label names one model per node).
+    """
+    if not devices:
+        raise ConfigError(
+            "this node has no GPUs to label (no NVIDIA driver, and FLASHPOINT_SIMULATED_GPUS is not set); "
+            "start it without GPU flags, or simulate some with FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1"
+        )
+    names = sorted({d.name for d in devices})
+    if len(names) > 1:
+        raise ConfigError(
+            f"this node has GPUs of {len(names)} models ({', '.join(names)}), and a Ray node carries one gpu-model "
+            "label: start one Ray node per model, each with CUDA_VISIBLE_DEVICES set to that model's devices"
+        )
+    labels = {GPU_MODEL_LABEL: gpu_model_label(names[0])}
+    if any(d.simulated for d in devices):
+        labels[SIMULATED_LABEL] = "1"
+    return labels
+
+
+def start_flags(devices: Sequence[Device]) -> list[str]:
+    """The ``ray start`` flags for a node with these devices, e.g. ``--num-gpus=2 --labels=gpu-model=NVIDIA-H200``."""
+    labels = node_labels(devices)
+    return [f"--num-gpus={len(devices)}", "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items())]
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    """How placements name a Ray node: its address and the start of its node id, e.g. ``10.0.0.5/67f885db``."""
+    return f"{node.get('NodeName') or node.get('NodeManagerAddress') or 'ray'}/{str(node['NodeID'])[:8]}"
+
+
+def _coarse_type(node: Mapping[str, Any]) -> str | None:
+    labels = node.get("Labels") or {}
+    if labels.get(_ACCELERATOR_LABEL):
+        return str(labels[_ACCELERATOR_LABEL])
+    for resource in node.get("Resources") or {}:
+        if str(resource).startswith(_ACCELERATOR_RESOURCE):
+            return str(resource)[len(_ACCELERATOR_RESOURCE) :]
+    return None
+
+
+def devices_from_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[Device]:
+    """The GPUs of the live nodes among ``nodes`` (as ``ray.nodes()`` gives them), in the order given.
+
+    A node's ``GPU`` resource says how many devices it has; its ``gpu-model`` label says which model. A node without
+    that label falls back to Ray's coarse accelerator type: the device is marked ``coarse``, and gets a catalog model
+    only when the coarse name identifies one ("H200"); an ambiguous one ("A100") stays unrecognised, for ``ANY`` only.
+    """
+    devices: list[Device] = []
+    for node in nodes:
+        if not node.get("Alive"):
+            continue
+        count = int((node.get("Resources") or {}).get("GPU", 0))
+        if count < 1:
+            continue
+        labels = node.get("Labels") or {}
+        label = labels.get(GPU_MODEL_LABEL)
+        if label:
+            model = identify_label(str(label))
+            name, coarse = (model.name if model is not None else str(label)), False
+        else:
+            name = _coarse_type(node) or "unlabelled GPU"
+            model, coarse = identify(name), True
+        simulated = str(labels.get(SIMULATED_LABEL, "")).lower() in ("1", "true", "yes")
+        where = node_name(node)
+        for index in range(count):
+            devices.append(
+                Device(
+                    node=where,
+                    index=index,
+                    name=name,
+                    model=model,
+                    memory_mb=model.vram_gb * 1024 if model is not None else 0,
+                    simulated=simulated,
+                    uuid=f"{node['NodeID']}:{index}",
+                    coarse=coarse,
+                )
+            )
+    return devices
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the actor: one per worker, on the worker's node
+
+
+class WorkerHost:
+    """A Ray actor that runs one worker process on its node and hands its output lines back on request.
+
+    The process is wrapped in ``flashpoint.worker.launch``, so it dies with the actor (and with the node).
+    """
+
+    def __init__(self) -> None:
+        self._proc: asyncio.subprocess.Process | None = None
+        self._lines: deque[tuple[str, str]] = deque()
+        self._changed = asyncio.Event()
+        self._code: int | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, argv: list[str], env: dict[str, str], cwd: str | None, plane_python: str) -> dict[str, Any]:
+        import ray
+
+        command = list(argv)
+        if command and command[0] == plane_python:  # the plane's interpreter means this node's (same packages)
+            command[0] = sys.executable
+        node_id = ray.get_runtime_context().get_node_id()
+        # Ray set CUDA_VISIBLE_DEVICES for this actor to the GPUs it gave it, numbered as the node's raylet sees them
+        # (which honours a CUDA_VISIBLE_DEVICES the node was started with): the worker keeps those, not the ledger's
+        plane_env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
+        full_env = {
+            **os.environ,
+            **plane_env,
+            "FLASHPOINT_PARENT_PID": str(os.getpid()),
+            "FLASHPOINT_RAY_NODE_ID": node_id,
+        }
+        wrapped = [sys.executable, "-m", "flashpoint.worker.launch", "--parent", str(os.getpid()), "--", *command]
+        self._proc = await process.spawn(wrapped, full_env, cwd)
+        self._task = asyncio.create_task(self._run(self._proc))
+        return {"pid": self._proc.pid, "node_id": node_id, "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
+
+    async def _run(self, proc: asyncio.subprocess.Process) -> None:
+        self._code = await process.watch(proc, self._add)
+        self._changed.set()
+
+    def _add(self, stream: str, line: str) -> None:
+        self._lines.append((stream, line))
+        self._changed.set()
+
+    async def output(self, wait_s: float) -> tuple[list[tuple[str, str]], int | None]:
+        """New output lines, waiting up to ``wait_s`` for some; plus the exit code once the process is gone."""
+        if not self._lines and self._code is None:
+            self._changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), wait_s)
+        lines = list(self._lines)
+        self._lines.clear()
+        return lines, self._code
+
+    async def stop(self, grace_s: float) -> None:
+        if self._proc is not None:
+            await process.terminate(self._proc, grace_s, "on Ray")
+            if self._task is not None:
+                await asyncio.wait([self._task], timeout=3)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the backend
+
+
+class RayBackend:
+    """Places each worker as a ``WorkerHost`` actor pinned to its node (and GPU model) with a label selector."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None,
+        *,
+        ready_timeout_s: float = 60.0,
+        poll_s: float = 1.0,
+        local_devices: Sequence[Device] = (),
+    ) -> None:
+        """``address`` is a Ray cluster's (``ray://``, ``host:port`` or ``auto``); None starts a one-node Ray here,
+        labelled from ``local_devices`` (this machine's NVML or simulated GPUs)."""
+        self.address = address
+        self.ready_timeout_s = ready_timeout_s
+        self.poll_s = poll_s
+        self._local = list(local_devices)
+        self._devices: list[Device] = []
+        self._nodes: dict[str, Mapping[str, Any]] = {}  # node name -> ray.nodes() entry
+        self._first_seen: dict[str, int] = {}
+        self._actors: dict[str, Any] = {}
+        self._pumps: dict[str, asyncio.Task[None]] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._host_class: Any = None
+        self._started_ray = False
+
+    # -- fleet
+
+    def connect(self) -> None:
+        """Start or join Ray and read the fleet once. Blocking: call it before the plane starts (or in a thread)."""
+        quiet_ray()
+        import ray
+
+        if not ray.is_initialized():
+            options: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "namespace": "flashpoint",
+                "configure_logging": False,
+            }
+            try:
+                if self.address:
+                    ray.init(address=self.address, **options)
+                else:
+                    labels = node_labels(self._local) if self._local else None
+                    ray.init(num_gpus=len(self._local), labels=labels, **options)
+            except ConfigError:
+                raise
+            except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
+                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+                raise BackendError(
+                    f"cannot start or join {where}: {exc}. Check FLASHPOINT_RAY_ADDRESS (or --ray-address): "
+                    "the head node's host:port, as `ray start --head` printed it, or 'auto' on a cluster node"
+                ) from exc
+            self._started_ray = True
+        self._read_fleet(ray.nodes())  # type: ignore[no-untyped-call]
+
+    def _read_fleet(self, nodes: Sequence[Mapping[str, Any]]) -> bool:
+        """Take a ``ray.nodes()`` answer; True when the devices changed. Nodes keep the order they first joined in."""
+        for node in nodes:
+            self._first_seen.setdefault(str(node["NodeID"]), len(self._first_seen))
+        live = sorted((n for n in nodes if n.get("Alive")), key=lambda n: self._first_seen[str(n["NodeID"])])
+        self._nodes = {node_name(n): n for n in live}
+        devices = devices_from_nodes(live)
+        changed = devices != self._devices
+        self._devices = devices
+        return changed
+
+    def devices(self) -> list[Device]:
+        return list(self._devices)
+
+    def watch(self, on_change: FleetCallback) -> None:
+        self._poller = asyncio.get_running_loop().create_task(self._poll(on_change))
+
+    async def _poll(self, on_change: FleetCallback) -> None:
+        import ray
+
+        while True:
+            await asyncio.sleep(self.poll_s)
+            try:
+                nodes = await asyncio.to_thread(ray.nodes)
+            except Exception as exc:  # the GCS may be restarting: keep the last fleet and ask again
+                log.warning("cannot read the Ray cluster's nodes: %s", exc)
+                continue
+            if self._read_fleet(nodes):
+                on_change(self.devices())
+
+    # -- workers
+
+    def _selector(self, devices: Sequence[Device]) -> dict[str, str]:
+        node = self._nodes.get(devices[0].node)
+        if node is None:
+            raise NotReadyError(f"node {devices[0].node} has left the Ray cluster")
+        selector = {_NODE_ID_LABEL: str(node["NodeID"])}
+        label = (node.get("Labels") or {}).get(GPU_MODEL_LABEL)
+        if label:
+            selector[GPU_MODEL_LABEL] = str(label)
+        return selector
+
+    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> tuple[int, ...] | None:
+        import ray
+
+        options: dict[str, Any] = {"num_cpus": 0, "num_gpus": len(launch.devices), "max_restarts": 0}
+        if launch.devices:
+            options["label_selector"] = self._selector(launch.devices)
+        if self._host_class is None:
+            self._host_class = ray.remote(WorkerHost)
+        actor = self._host_class.options(**options).remote()
+        try:
+            info = await asyncio.wait_for(
+                actor.start.remote(list(launch.argv), dict(launch.env), launch.cwd, sys.executable),
+                self.ready_timeout_s,
+            )
+        except asyncio.TimeoutError:
+            ray.kill(actor)
+            where = f"{launch.devices[0].node}" if launch.devices else "any node"
+            raise NotReadyError(
+                f"worker {launch.worker_id}: Ray did not start its actor on {where} within {self.ready_timeout_s:g}s "
+                "(the node may be gone, or its GPUs in use outside flashpoint)"
+            ) from None
+        except Exception as exc:  # the actor died in its constructor, or the worker command could not start
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+            raise BackendError(f"worker {launch.worker_id}: {_short(exc)}") from exc
+        self._actors[launch.worker_id] = actor
+        self._pumps[launch.worker_id] = asyncio.create_task(self._pump(launch.worker_id, actor, on_line, on_exit))
+        ids = info.get("gpu_ids") or []
+        return tuple(int(i) for i in ids) if all(str(i).isdigit() for i in ids) else None
+
+    async def _pump(self, worker_id: str, actor: Any, on_line: LineCallback, on_exit: ExitCallback) -> None:
+        import ray
+
+        code = -1
+        try:
+            while True:
+                lines, exited = await actor.output.remote(1.0)
+                for stream, line in lines:
+                    on_line(worker_id, stream, line)
+                if exited is not None:
+                    code = exited
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # RayActorError and friends: the actor, or its whole node, is gone
+            on_line(worker_id, "stderr", f"flashpoint: the Ray actor of worker {worker_id} is gone: {_short(exc)}")
+        finally:
+            self._actors.pop(worker_id, None)
+            self._pumps.pop(worker_id, None)
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        on_exit(worker_id, code)
+
+    async def stop(self, worker_id: str, grace_s: float) -> None:
+        import ray
+
+        actor = self._actors.get(worker_id)
+        if actor is None:
+            return
+        try:
+            await asyncio.wait_for(actor.stop.remote(grace_s), grace_s + 5.0)
+        except Exception as exc:  # unreachable actor: end it from here; its pump reports the exit
+            log.warning("worker %s did not stop on Ray (%s); killing its actor", worker_id, _short(exc))
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+
+    async def close(self) -> None:
+        import ray
+
+        if self._poller is not None:
+            self._poller.cancel()
+        if not ray.is_initialized():  # Ray's own exit hook ran first: its actors went with it
+            return
+        await asyncio.gather(*(self.stop(w, 5.0) for w in list(self._actors)), return_exceptions=True)
+        pumps = list(self._pumps.values())
+        if pumps:
+            await asyncio.wait(pumps, timeout=10)
+        if self._started_ray:
+            self._started_ray = False
+            await asyncio.to_thread(ray.shutdown)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
