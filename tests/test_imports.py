@@ -78,3 +78,8 @@ def test_declaring_endpoints_loads_no_heavy_dependency(after_decorating: list[st
 def test_import_and_declaring_load_no_server_layer(after_import: list[str], after_decorating: list[str]) -> None:
     assert _loaded(after_import, LAYERS) == []
     assert _loaded(after_decorating, LAYERS) == []
+
+
+def test_the_ray_backend_module_loads_ray_only_when_it_talks_to_a_cluster() -> None:
+    modules = _modules_after("import flashpoint.backends.ray, flashpoint.server")
+    assert _loaded(modules, ("ray",)) == []

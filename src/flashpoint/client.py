@@ -33,6 +33,7 @@ from flashpoint.errors import (
     JobFailedError,
     JobTimeoutError,
     NotFoundError,
+    NotReadyError,
     StoreError,
     UnknownGPUError,
 )
@@ -56,6 +57,7 @@ ERRORS_BY_CODE: dict[str, type[Error]] = {
         JobCancelledError,
         JobTimeoutError,
         BackendError,
+        NotReadyError,
         StoreError,
     )
 }

@@ -81,6 +81,9 @@ def _worker_socket(host: str, port: int) -> socket.socket:
     # accepted connections inherit TCP_NODELAY: without it, small responses wait on delayed ACKs (~40 ms)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
+    # listen now: connections made between "serving" being printed and uvicorn's accept loop wait in the backlog
+    # instead of being refused
+    sock.listen(2048)
     return sock
 
 

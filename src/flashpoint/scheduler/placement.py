@@ -62,7 +62,7 @@ def place(candidates: Sequence[Candidate], gpu_count: int, inventory: Inventory)
         groups = _groups(candidate, inventory.devices)
         name = describe(candidate)
         if not groups:
-            reasons.append(Reason(name, Code.NOT_IN_FLEET, f"no node has {name}"))
+            reasons.append(Reason(name, Code.NOT_IN_FLEET, f"no node has {name}{_coarse_hint(candidate, inventory)}"))
             continue
         largest = max(len(group) for group in groups.values())
         if largest < gpu_count:
@@ -90,6 +90,29 @@ def place(candidates: Sequence[Candidate], gpu_count: int, inventory: Inventory)
             else Reason(name, Code.BUSY, f"all held by {', '.join(holders)}", tuple(holders))
         )
     return NoFit(tuple(reasons))
+
+
+def _coarse_hint(candidate: Candidate, inventory: Inventory) -> str:
+    """When the fleet has GPUs known only by a coarse name that could be ``candidate`` ("A100" for an A100 80GB
+    PCIe), say so: the device may well be there, unlabelled."""
+    if isinstance(candidate, AnyGPU):
+        return ""
+    words = candidate.name.casefold().replace("-", " ").split()
+    nodes = sorted(
+        {
+            d.node
+            for d in inventory.devices
+            if d.coarse
+            and d.model is None
+            and all(any(w.startswith(part) for w in words) for part in d.name.casefold().replace("-", " ").split())
+        }
+    )
+    if not nodes:
+        return ""
+    return (
+        f" by its exact name; {', '.join(nodes)} has GPUs Ray only calls by a coarse type, which may be this model: "
+        "label the node with its gpu-model (`flashpoint ray-flags` prints the flags)"
+    )
 
 
 def _fit_free(

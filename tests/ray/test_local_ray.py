@@ -1,0 +1,69 @@
+"""``FLASHPOINT_BACKEND=ray`` with no address: the embedded plane starts a one-node Ray here, labelled from this
+machine's GPUs (simulated here), with nothing phoning home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(180)]
+
+SCRIPT = textwrap.dedent(
+    """
+    import asyncio, json, os
+    from flashpoint import Endpoint, GpuType
+
+    @Endpoint(name="here", gpu=[GpuType.NVIDIA_B200, GpuType.NVIDIA_H200])
+    async def here() -> dict:
+        import os
+        return {k: os.environ.get(k) for k in ("FLASHPOINT_GPU_MODEL", "FLASHPOINT_RAY_NODE_ID")}
+
+    async def main():
+        job = await here.run()
+        await job.wait(timeout=120)
+        import ray
+        node = ray.nodes()[0]
+        print(json.dumps({
+            "output": job.output,
+            "placement": job.view.placement.to_json(),
+            "labels": node["Labels"],
+            "gpus": node["Resources"].get("GPU"),
+            "env": {k: os.environ.get(k) for k in (
+                "RAY_USAGE_STATS_ENABLED", "RAY_USAGE_STATS_REPORT_URL", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")},
+            "dashboard": ray.worker.get_dashboard_url(),
+        }))
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_embedded_ray_starts_a_labelled_local_node_without_phoning_home(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(
+        FLASHPOINT_BACKEND="ray",
+        FLASHPOINT_SIMULATED_GPUS="NVIDIA_H200:1",
+        FLASHPOINT_STATE_DIR=str(tmp_path / "state"),
+        PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=150, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["output"]["FLASHPOINT_GPU_MODEL"] == "NVIDIA H200"
+    assert report["placement"]["gpuModel"] == "NVIDIA H200" and report["placement"]["simulated"] is True
+    assert report["labels"]["gpu-model"] == "NVIDIA-H200" and report["labels"]["flashpoint-simulated"] == "1"
+    assert report["gpus"] == 1.0
+    assert report["env"] == {
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
+    assert not report["dashboard"]

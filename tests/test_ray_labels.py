@@ -1,0 +1,130 @@
+"""The Ray backend's pure parts: node labels, the fleet read from ``ray.nodes()``, and the coarse fallback.
+
+No Ray needed: ``flashpoint.backends.ray`` imports Ray only inside the functions that talk to a cluster. The cluster
+tests are in ``tests/ray/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from flashpoint.backends.ray import devices_from_nodes, node_labels, start_flags
+from flashpoint.cli import app
+from flashpoint.cli.gpus import device_table
+from flashpoint.cli.output import device_row
+from flashpoint.errors import ConfigError
+from flashpoint.fleet import parse_simulated
+from flashpoint.gpus import MODELS, GpuType, candidates, gpu_model_label, identify_label, model_of
+from flashpoint.scheduler.inventory import Inventory, fleet_summary
+from flashpoint.scheduler.placement import NoFit, place
+
+
+def node(node_id: str, gpus: int, labels: dict[str, str] | None = None, alive: bool = True, **resources: float) -> Any:
+    """A node as ``ray.nodes()`` reports it."""
+    return {
+        "NodeID": node_id,
+        "NodeName": "10.0.0.5",
+        "Alive": alive,
+        "Resources": {"CPU": 8.0, **({"GPU": float(gpus)} if gpus else {}), **resources},
+        "Labels": {"ray.io/node-id": node_id, **(labels or {})},
+    }
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
+def test_every_catalog_model_round_trips_through_its_label(model: Any) -> None:
+    label = gpu_model_label(model.name)
+    assert " " not in label and len(label) <= 63
+    assert identify_label(label) is model
+
+
+def test_labels_keep_similar_cards_apart() -> None:
+    assert gpu_model_label("NVIDIA A100 80GB PCIe") == "NVIDIA-A100-80GB-PCIe"
+    assert gpu_model_label("NVIDIA A100-SXM4-80GB") == "NVIDIA-A100-SXM4-80GB"
+    assert identify_label("NVIDIA-H200-NVL") is None
+    assert identify_label("NVIDIA-A100-SXM4-40GB") is None
+    assert identify_label("nvidia-h200") is model_of(GpuType.NVIDIA_H200)
+
+
+def test_start_flags_describe_a_node_from_its_devices() -> None:
+    devices = parse_simulated("NVIDIA_A100_80GB_PCIe:2")
+    assert start_flags(devices) == ["--num-gpus=2", "--labels=gpu-model=NVIDIA-A100-80GB-PCIe,flashpoint-simulated=1"]
+    real = [d.__class__(**{**_fields(d), "simulated": False}) for d in devices]
+    assert node_labels(real) == {"gpu-model": "NVIDIA-A100-80GB-PCIe"}
+
+
+def _fields(device: Any) -> dict[str, Any]:
+    return {name: getattr(device, name) for name in device.__slots__}
+
+
+def test_start_flags_refuse_a_node_of_two_models_or_none() -> None:
+    with pytest.raises(ConfigError, match="one Ray node per model"):
+        start_flags(parse_simulated("NVIDIA_A100_80GB_PCIe:1,NVIDIA_H200:1"))
+    with pytest.raises(ConfigError, match="no GPUs"):
+        start_flags([])
+
+
+def test_ray_flags_command_prints_the_flags() -> None:
+    result = CliRunner().invoke(app, ["ray-flags", "--simulated-gpus", "NVIDIA_H200:1"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "--num-gpus=1 --labels=gpu-model=NVIDIA-H200,flashpoint-simulated=1"
+
+
+def test_fleet_from_nodes_reads_count_model_and_simulation_from_labels() -> None:
+    devices = devices_from_nodes(
+        [
+            node("a" * 56, 2, {"gpu-model": "NVIDIA-A100-80GB-PCIe", "flashpoint-simulated": "1"}),
+            node("b" * 56, 0),  # the head: no GPUs
+            node("c" * 56, 1, {"gpu-model": "NVIDIA-H200"}, alive=False),  # gone
+            node("d" * 56, 1, {"gpu-model": "NVIDIA-H200"}),
+        ]
+    )
+    assert [(d.node, d.index, d.name, d.simulated, d.coarse) for d in devices] == [
+        ("10.0.0.5/aaaaaaaa", 0, "NVIDIA A100 80GB PCIe", True, False),
+        ("10.0.0.5/aaaaaaaa", 1, "NVIDIA A100 80GB PCIe", True, False),
+        ("10.0.0.5/dddddddd", 0, "NVIDIA H200", False, False),
+    ]
+    assert devices[0].model == model_of(GpuType.NVIDIA_A100_80GB_PCIe)
+    assert devices[2].model == model_of(GpuType.NVIDIA_H200)
+
+
+def test_an_unknown_label_is_an_unrecognised_gpu() -> None:
+    (device,) = devices_from_nodes([node("e" * 56, 1, {"gpu-model": "NVIDIA-H200-NVL"})])
+    assert device.model is None and device.name == "NVIDIA-H200-NVL" and not device.coarse
+
+
+def test_without_a_label_the_coarse_type_stands_in_and_says_so() -> None:
+    unique, ambiguous, bare = (
+        devices_from_nodes([n])[0]
+        for n in (
+            node("f" * 56, 1, **{"accelerator_type:H200": 1.0}),
+            node("g" * 56, 1, {"ray.io/accelerator-type": "A100"}),
+            node("h" * 56, 1),
+        )
+    )
+    assert unique.coarse and unique.model == model_of(GpuType.NVIDIA_H200)
+    assert ambiguous.coarse and ambiguous.model is None and ambiguous.name == "A100"
+    assert bare.coarse and bare.model is None and bare.name == "unlabelled GPU"
+    assert "coarse: Ray accelerator type, no gpu-model label" in fleet_summary([unique])
+
+    # `flashpoint gpus` says so
+    out = Console(width=250, record=True)
+    out.print(device_table("GPUs", [device_row(ambiguous)]))
+    text = out.export_text()
+    assert "A100 - unrecognised (ANY only) (coarse: Ray accelerator type" in text
+
+
+def test_an_explanation_points_at_a_coarse_node_that_may_have_the_model() -> None:
+    devices = devices_from_nodes([node("g" * 56, 2, **{"accelerator_type:A100": 1.0})])
+    result = place(candidates(GpuType.NVIDIA_A100_80GB_PCIe), 1, Inventory(tuple(devices)))
+    assert isinstance(result, NoFit) and result.never
+    (reason,) = result.reasons
+    assert reason.code.value == "not_in_fleet"
+    assert "10.0.0.5/gggggggg has GPUs Ray only calls by a coarse type" in reason.detail
+    assert "flashpoint ray-flags" in reason.detail
+    # a model the coarse name cannot be gets no such hint
+    other = place(candidates(GpuType.NVIDIA_H200), 1, Inventory(tuple(devices)))
+    assert isinstance(other, NoFit) and "coarse" not in other.reasons[0].detail
