@@ -3,14 +3,16 @@
 Run it with ``python bench/bench_ray.py`` (``--quick`` for a short run, ``--json`` for machine-readable output); it
 needs Ray (``pip install -e '.[bench]'``). The script starts a local two-node Ray cluster (``ray.cluster_utils``): a
 head with 1 CPU and no GPU, and one node with 1 CPU and 2 simulated GPUs labelled ``gpu-model=NVIDIA-A100-80GB-PCIe``
-and ``flashpoint-simulated=1``. No dashboard, no usage reporting.
+and ``flashpoint-simulated=1``. No dashboard, no usage reporting, no Ray auto-connect (``RAY_ENABLE_AUTO_CONNECT=0``:
+a stray Ray call after shutdown fails rather than joining another Ray instance on the machine).
 
 flashpoint runs with ``FLASHPOINT_BACKEND=ray`` against that cluster, so each worker is a ``WorkerHost`` actor on the
 GPU node whose worker process pulls jobs from the embedded plane over HTTP. The endpoints match ``bench_core.py``:
 ``bench-noop`` (``gpu=GpuGroup.AMPERE_80, workers=1``) for the warm calls, and ``bench-many`` (``workers=2,
-scaler_type="REQUEST_COUNT", scaler_value=1``, so both simulated A100s get a worker before the clock starts) for the
-throughput batch, submitted with ``await many.run(i)`` and then awaited with ``handle.wait()``. They live in a small
-module written to a temporary folder on ``sys.path``, so workers import them by path.
+scaler_type="REQUEST_COUNT", scaler_value=1``) for the throughput batch: 200 warm-up jobs start a worker on each
+simulated A100, the clock starts once both pull jobs, and the batch is submitted with ``await many.run(i)`` and then
+awaited with ``handle.wait()``. The endpoints live in a small module written to a temporary folder on ``sys.path``, so
+workers import them by path.
 
 The plain Ray anchor runs on the same cluster, after flashpoint's workers are gone: actors with ``num_gpus=1``,
 ``num_cpus=0`` (as ``WorkerHost``) and ``label_selector={"gpu-model": "NVIDIA-A100-80GB-PCIe"}``, one for the warm
@@ -38,6 +40,9 @@ RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # A Ray call made after ray.shutdown() must fail here, not run ray.init() on its own and join whichever Ray
+    # instance it finds on this machine (the Ray backend can do that when it is closed while a worker is starting).
+    "RAY_ENABLE_AUTO_CONNECT": "0",
 }
 os.environ.update(RAY_ENV)
 STATE_DIR = tempfile.mkdtemp(prefix="flashpoint-bench-ray-")
@@ -301,7 +306,7 @@ def main() -> None:
     args.warmup = 50 if args.quick else 200
 
     try:
-        import ray  # noqa: F401
+        import ray
     except ImportError:
         sys.exit("bench_ray.py needs Ray: pip install -e '.[bench]'")
 
@@ -324,10 +329,14 @@ def main() -> None:
         print("plain Ray actors: the same measurements", file=log)
         ray_results = run_ray(args, cluster.address)
     finally:
-        if cluster is not None:
-            cluster.shutdown()
-        shutil.rmtree(app_dir, ignore_errors=True)
-        shutil.rmtree(STATE_DIR, ignore_errors=True)
+        try:
+            if ray.is_initialized():  # a phase that failed half-way may leave this driver connected
+                ray.shutdown()
+            if cluster is not None:
+                cluster.shutdown()
+        finally:
+            shutil.rmtree(app_dir, ignore_errors=True)
+            shutil.rmtree(STATE_DIR, ignore_errors=True)
     if args.json:
         body = {
             "flashpoint_on_ray": fp,

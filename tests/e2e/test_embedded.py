@@ -472,3 +472,22 @@ async def test_generator_endpoint_streams_chunks_as_they_are_produced(make_plane
     assert seen == ["first", 0, 1, 2]
     open_gate(gate)
     assert await tokens(2, gate) == ["first", 0, 1]  # awaited whole, a generator's output is every chunk
+
+
+async def test_workers_reach_the_plane_at_the_worker_url(make_plane) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a free port for the plane to listen on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    plane = make_plane("NVIDIA_H200:1", FLASHPOINT_WORKER_URL=url)
+    assert plane.url == url
+
+    @Endpoint(name="reach", gpu=GpuType.NVIDIA_H200)
+    async def reach() -> str:
+        import os
+
+        return os.environ["RUNPOD_WEBHOOK_GET_JOB"]
+
+    assert (await reach()).startswith(f"{url}/v2/reach/job-take/")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -67,3 +68,16 @@ def test_embedded_ray_starts_a_labelled_local_node_without_phoning_home(tmp_path
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     }
     assert not report["dashboard"]
+
+
+def test_an_address_where_no_cluster_answers_fails_at_once_with_what_to_do() -> None:
+    from flashpoint.backends.ray import RayBackend
+    from flashpoint.errors import BackendError, ConfigError
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: nothing answers there
+        with pytest.raises(BackendError, match="no Ray cluster answers at 127.0.0.1:.*ray start --head"):
+            RayBackend(f"127.0.0.1:{port}").connect()
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        RayBackend("headnode").connect()

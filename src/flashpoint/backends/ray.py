@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -252,6 +253,8 @@ class RayBackend:
         import ray
 
         if not ray.is_initialized():
+            if self.address:
+                _check_reachable(self.address)
             options: dict[str, Any] = {
                 "include_dashboard": False,
                 "log_to_driver": False,
@@ -263,7 +266,8 @@ class RayBackend:
                     ray.init(address=self.address, **options)
                 else:
                     labels = node_labels(self._local) if self._local else None
-                    ray.init(num_gpus=len(self._local), labels=labels, **options)
+                    # "local": a new instance of our own, even where `ray start` left a cluster running on this machine
+                    ray.init(address="local", num_gpus=len(self._local), labels=labels, **options)
             except ConfigError:
                 raise
             except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
@@ -397,6 +401,26 @@ class RayBackend:
         if self._started_ray:
             self._started_ray = False
             await asyncio.to_thread(ray.shutdown)
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, and say what to do, when nothing listens at a cluster address (Ray itself retries for minutes)."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(
+            f"Ray address {address!r} is not HOST:PORT; give the head node's address as `ray start --head` printed it, "
+            "e.g. 10.0.0.5:6379, or 'auto' on a node of the cluster"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise BackendError(
+            f"no Ray cluster answers at {address} ({exc}). Start one with `ray start --head` and pass the address it "
+            "prints as FLASHPOINT_RAY_ADDRESS (or serve --ray-address); leave it unset to start Ray on this machine"
+        ) from None
 
 
 def _short(exc: BaseException) -> str:

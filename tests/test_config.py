@@ -1,0 +1,45 @@
+"""Settings: FLASHPOINT_* variables over defaults, and a clear error for each bad value."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashpoint.config import Settings
+from flashpoint.errors import ConfigError
+
+
+def test_defaults() -> None:
+    settings = Settings.load(env={})
+    assert settings.backend == "local"
+    assert settings.ray_address is None and settings.worker_url is None
+    assert settings.ray_ready_timeout_s == 60.0
+    assert settings.take_hold_s == 20.0
+
+
+def test_ray_settings() -> None:
+    settings = Settings.load(
+        env={
+            "FLASHPOINT_BACKEND": "Ray",
+            "FLASHPOINT_RAY_ADDRESS": "10.0.0.5:6379",
+            "FLASHPOINT_RAY_READY_TIMEOUT_S": "7.5",
+            "FLASHPOINT_WORKER_URL": "http://10.0.0.5:8000/",
+        }
+    )
+    assert settings.backend == "ray"
+    assert settings.ray_address == "10.0.0.5:6379"
+    assert settings.ray_ready_timeout_s == 7.5
+    assert settings.worker_url == "http://10.0.0.5:8000"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("FLASHPOINT_BACKEND", "kubernetes", "FLASHPOINT_BACKEND must be one of local, ray"),
+        ("FLASHPOINT_WORKER_URL", "10.0.0.5:8000", "must be an http:// URL"),
+        ("FLASHPOINT_RAY_READY_TIMEOUT_S", "soon", "must be a number of seconds"),
+        ("FLASHPOINT_TAKE_HOLD_S", "200", "between 0 and 90"),
+    ],
+)
+def test_bad_values_say_what_to_write(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Settings.load(env={name: value})
