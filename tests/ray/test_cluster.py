@@ -279,3 +279,34 @@ def test_gpus_command_reads_the_fleet_of_a_ray_cluster(ray_cluster: RayCluster, 
     assert counts[("NVIDIA A100 80GB PCIe", True, False)] == 2
     assert counts[("NVIDIA H100 80GB HBM3", True, False)] == 4
     assert counts[("NVIDIA H200", True, False)] == 1
+
+
+async def test_closing_while_a_worker_starts_gives_up_the_start_and_leaves_ray_alone(ray_cluster: RayCluster) -> None:
+    import ray
+
+    from flashpoint.backends.base import Launch
+    from flashpoint.backends.ray import RayBackend
+    from flashpoint.errors import BackendError
+
+    backend = RayBackend(ray_cluster.address, ready_timeout_s=60)
+    await asyncio.to_thread(backend.connect)
+    try:
+        # something outside flashpoint holds the H200, so Ray keeps the worker's actor pending
+        squatter = ray.remote(num_gpus=1, num_cpus=0, label_selector={"gpu-model": H200})(_Squatter).remote()
+        assert await squatter.ping.remote() == "here"
+        (h200,) = [d for d in backend.devices() if d.model_name == "NVIDIA H200"]
+        exits: list[tuple[str, int]] = []
+        launch = Launch("w-pending", "ep", ["true"], {}, (h200,))
+        start = asyncio.ensure_future(backend.start(launch, lambda *line: None, lambda w, c: exits.append((w, c))))
+        await eventually(lambda: backend._starting, what="the actor to be created")
+    finally:
+        await backend.close()
+    with pytest.raises(BackendError):
+        await asyncio.wait_for(start, 30)
+    assert not ray.is_initialized()  # no Ray call after close() started (or joined) a Ray of its own
+    assert exits == []
+
+
+class _Squatter:
+    def ping(self) -> str:
+        return "here"

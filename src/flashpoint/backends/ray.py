@@ -244,6 +244,11 @@ class RayBackend:
         self._poller: asyncio.Task[None] | None = None
         self._host_class: Any = None
         self._started_ray = False
+        self._closed = False
+        #: actors whose start is in flight: close() kills them, and waits for their starts to give up
+        self._starting: set[Any] = set()
+        self._none_starting = asyncio.Event()
+        self._none_starting.set()
 
     # -- fleet
 
@@ -261,6 +266,8 @@ class RayBackend:
                 "namespace": "flashpoint",
                 "configure_logging": False,
             }
+            quiet = _DropThreadWarning()
+            logging.getLogger("ray._private.worker").addFilter(quiet)
             try:
                 if self.address:
                     ray.init(address=self.address, **options)
@@ -276,6 +283,8 @@ class RayBackend:
                     f"cannot start or join {where}: {exc}. Check FLASHPOINT_RAY_ADDRESS (or --ray-address): "
                     "the head node's host:port, as `ray start --head` printed it, or 'auto' on a cluster node"
                 ) from exc
+            finally:
+                logging.getLogger("ray._private.worker").removeFilter(quiet)
             self._started_ray = True
         self._read_fleet(ray.nodes())  # type: ignore[no-untyped-call]
 
@@ -324,36 +333,47 @@ class RayBackend:
     async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> tuple[int, ...] | None:
         import ray
 
+        if self._closed or not ray.is_initialized():  # Ray calls would start (or join) a Ray of their own
+            raise BackendError(f"worker {launch.worker_id}: the Ray backend is closed")
         options: dict[str, Any] = {"num_cpus": 0, "num_gpus": len(launch.devices), "max_restarts": 0}
         if launch.devices:
             options["label_selector"] = self._selector(launch.devices)
         if self._host_class is None:
             self._host_class = ray.remote(WorkerHost)
         actor = self._host_class.options(**options).remote()
+        self._starting.add(actor)
+        self._none_starting.clear()
         try:
             info = await asyncio.wait_for(
                 actor.start.remote(list(launch.argv), dict(launch.env), launch.cwd, sys.executable),
                 self.ready_timeout_s,
             )
         except asyncio.TimeoutError:
-            ray.kill(actor)
+            _kill(actor)
             where = f"{launch.devices[0].node}" if launch.devices else "any node"
             raise NotReadyError(
                 f"worker {launch.worker_id}: Ray did not start its actor on {where} within {self.ready_timeout_s:g}s "
                 "(the node may be gone, or its GPUs in use outside flashpoint)"
             ) from None
-        except Exception as exc:  # the actor died in its constructor, or the worker command could not start
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+        except ray.exceptions.ActorUnschedulableError as exc:  # the node left, or cannot hold the request any more
+            _kill(actor)
+            raise NotReadyError(f"worker {launch.worker_id}: Ray cannot place it there: {_short(exc)}") from exc
+        except Exception as exc:  # the actor died in its constructor, the command could not start, or close() came
+            _kill(actor)
             raise BackendError(f"worker {launch.worker_id}: {_short(exc)}") from exc
+        finally:
+            self._starting.discard(actor)
+            if not self._starting:
+                self._none_starting.set()
+        if self._closed:
+            _kill(actor)
+            raise BackendError(f"worker {launch.worker_id}: the Ray backend is closed")
         self._actors[launch.worker_id] = actor
         self._pumps[launch.worker_id] = asyncio.create_task(self._pump(launch.worker_id, actor, on_line, on_exit))
         ids = info.get("gpu_ids") or []
         return tuple(int(i) for i in ids) if all(str(i).isdigit() for i in ids) else None
 
     async def _pump(self, worker_id: str, actor: Any, on_line: LineCallback, on_exit: ExitCallback) -> None:
-        import ray
-
         code = -1
         try:
             while True:
@@ -370,30 +390,33 @@ class RayBackend:
         finally:
             self._actors.pop(worker_id, None)
             self._pumps.pop(worker_id, None)
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+            _kill(actor)
         on_exit(worker_id, code)
 
     async def stop(self, worker_id: str, grace_s: float) -> None:
-        import ray
-
         actor = self._actors.get(worker_id)
         if actor is None:
             return
         try:
             await asyncio.wait_for(actor.stop.remote(grace_s), grace_s + 5.0)
-        except Exception as exc:  # unreachable actor: end it from here; its pump reports the exit
-            log.warning("worker %s did not stop on Ray (%s); killing its actor", worker_id, _short(exc))
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+        except asyncio.TimeoutError:  # unreachable actor: end it from here; its pump reports the exit
+            log.warning("worker %s did not stop on Ray within %.0fs; killing its actor", worker_id, grace_s + 5.0)
+            _kill(actor)
+        except Exception as exc:  # the actor is already gone (its process exited first): its pump reports it
+            log.debug("worker %s: its actor ended while stopping (%s)", worker_id, _short(exc))
 
     async def close(self) -> None:
         import ray
 
+        self._closed = True
         if self._poller is not None:
             self._poller.cancel()
         if not ray.is_initialized():  # Ray's own exit hook ran first: its actors went with it
             return
+        for actor in list(self._starting):  # starts in flight give up at once
+            _kill(actor)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._none_starting.wait(), 10)
         await asyncio.gather(*(self.stop(w, 5.0) for w in list(self._actors)), return_exceptions=True)
         pumps = list(self._pumps.values())
         if pumps:
@@ -401,6 +424,14 @@ class RayBackend:
         if self._started_ray:
             self._started_ray = False
             await asyncio.to_thread(ray.shutdown)
+
+
+class _DropThreadWarning(logging.Filter):
+    """The embedded plane joins Ray from its own thread, where Ray warns that it cannot set a SIGTERM handler. The
+    plane stops its workers itself, so the warning says nothing to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -421,6 +452,15 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
             f"no Ray cluster answers at {address} ({exc}). Start one with `ray start --head` and pass the address it "
             "prints as FLASHPOINT_RAY_ADDRESS (or serve --ray-address); leave it unset to start Ray on this machine"
         ) from None
+
+
+def _kill(actor: Any) -> None:
+    """End an actor, unless Ray is already shut down (``ray.kill`` would start a Ray of its own to do it)."""
+    import ray
+
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            ray.kill(actor)
 
 
 def _short(exc: BaseException) -> str:
