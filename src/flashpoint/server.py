@@ -134,6 +134,7 @@ class EmbeddedPlane:
         from starlette.applications import Starlette
         from starlette.routing import Mount
 
+        from flashpoint.api.transport import CoalescingHttpToolsProtocol
         from flashpoint.api.workers import worker_routes
 
         self._stop = asyncio.Event()
@@ -157,7 +158,14 @@ class EmbeddedPlane:
         sock = _worker_socket(host, (where.port if where else None) or 0)
         self.url = _url(host, sock.getsockname()[1])
         self.plane.base_url = self.url
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=120)
+        config = uvicorn.Config(
+            app,
+            http=CoalescingHttpToolsProtocol,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_keep_alive=120,
+        )
         server = uvicorn.Server(config)
         await self.plane.start()
         serving = asyncio.create_task(server.serve(sockets=[sock]))
@@ -453,6 +461,7 @@ class Server:
 
         from flashpoint.api.app import Dispatch, create_app
         from flashpoint.api.runpod import Intake
+        from flashpoint.api.transport import CoalescingHttpToolsProtocol
         from flashpoint.discovery import load_endpoints
         from flashpoint.store.sqlite import SQLiteJobStore
 
@@ -514,6 +523,7 @@ class Server:
 
         config = uvicorn.Config(
             Dispatch(app, plane),
+            http=CoalescingHttpToolsProtocol,
             log_level="warning",
             access_log=False,
             proxy_headers=False,
