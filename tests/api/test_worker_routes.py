@@ -156,3 +156,48 @@ async def test_cancel_reaches_the_worker_through_job_stop(make_plane) -> None:
         )
         assert late.status_code == 200
     assert await job.status() == "CANCELLED"
+
+
+async def test_job_done_batch_posts_several_results_and_its_answer_carries_the_next_jobs(make_plane) -> None:
+    plane, proto, headers = await _setup(make_plane)
+    first = [await proto.run({"n": i}) for i in (1, 2)]
+    async with httpx.AsyncClient(headers=headers) as client:
+        taken = await client.get(_url(plane, "job-take-batch/w-test?gpu=x&batch_size=2&job_in_progress=0"))
+        assert [item["id"] for item in taken.json()] == [j.id for j in first]
+        second = [await proto.run({"n": i}) for i in (3, 4, 5)]
+        results = [{"id": j.id, "output": {"n": n}} for j, n in zip(first, (1, 2), strict=True)]
+        answer = await client.post(_url(plane, "job-done-batch/w-test?gpu=x&take=2"), content=json.dumps(results))
+        assert answer.status_code == 200
+        assert [item["id"] for item in answer.json()] == [j.id for j in second[:2]]  # take=2: two of the three
+        for job, n in zip(first, (1, 2), strict=True):
+            assert await job.wait(timeout=10) == "COMPLETED" and job.output == {"n": n}
+        assert [await j.status() for j in second] == ["IN_PROGRESS", "IN_PROGRESS", "IN_QUEUE"]
+
+        # posted again (an answer lost on the way): idempotent; take=0 posts results only
+        again = await client.post(_url(plane, "job-done-batch/w-test?gpu=x"), content=json.dumps(results))
+        assert again.status_code == 204
+        assert [j.output for j in first] == [{"n": 1}, {"n": 2}]
+
+        # with nothing queued for it, a take holds (FLASHPOINT_TAKE_HOLD_S) and then answers 204
+        rest = [{"id": j.id, "output": "late"} for j in second[:2]]
+        held = await client.post(_url(plane, "job-done-batch/w-test?gpu=x&take=5"), content=json.dumps(rest))
+        assert held.status_code == 200 and [item["id"] for item in held.json()] == [second[2].id]
+        assert [await j.wait(timeout=10) for j in second[:2]] == ["COMPLETED", "COMPLETED"]
+
+
+@pytest.mark.parametrize(
+    ("body", "query", "code"),
+    [
+        ("{not json", "", "bad_json"),
+        (json.dumps({"id": "x", "output": 1}), "", "bad_request"),  # an object, not a list
+        (json.dumps([{"output": 1}]), "", "bad_request"),  # a result without its job id
+        ("[]", "&take=many", "bad_json"),
+    ],
+)
+async def test_job_done_batch_refuses_a_malformed_post(make_plane, body: str, query: str, code: str) -> None:
+    plane, _, headers = await _setup(make_plane)
+    async with httpx.AsyncClient(headers=headers) as client:
+        answer = await client.post(_url(plane, f"job-done-batch/w-test?gpu=x{query}"), content=body)
+    assert answer.status_code == 400
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json()["code"] == code

@@ -65,7 +65,7 @@ def create_app(
 
 
 #: the worker protocol's paths: the hot path of every job
-_WORKER_PATH = re.compile(r"^/v2/[^/]+/(job-take|job-take-batch|job-stop|job-done|job-stream|ping)/")
+_WORKER_PATH = re.compile(r"^/v2/[^/]+/(job-take|job-take-batch|job-stop|job-done|job-done-batch|job-stream|ping)/")
 
 
 class Dispatch:

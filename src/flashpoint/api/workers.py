@@ -1,5 +1,6 @@
 """The Runpod worker protocol's routes (runpod-protocol.md §3): job-take, job-take-batch, job-stop, job-done,
-job-stream, ping. Plain Starlette routes: these are the hot path of every job."""
+job-stream, ping; plus job-done-batch, flashpoint's own worker's way to post several results and take its next jobs in
+one exchange. Plain Starlette routes: these are the hot path of every job."""
 
 from __future__ import annotations
 
@@ -82,11 +83,24 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
             body = await read_json(request)
         except (ValueError, UnicodeDecodeError) as exc:
             return error_response(400, "bad_json", f"job-done body must be UTF-8 JSON: {exc}")
-        take_next = request.query_params.get("take") == "1"
-        jobs = await plane.done(p["endpoint"], p["worker"], p["job"], body, take_next=take_next)
-        if take_next:
-            return json_response(jobs[0]) if jobs else _EMPTY
+        plane.done(p["endpoint"], p["worker"], p["job"], body)
         return json_response({})
+
+    async def done_batch(request: Request) -> Response:
+        """flashpoint's extension, beside Runpod's job-take-batch: ``[{"id": JOB, ...job-done body}, ...]`` in one
+        request; with ``&take=N`` the answer holds for up to N next jobs (a list, as job-take-batch), else 204."""
+        if (bad := denied(request)) is not None:
+            return bad
+        p = request.path_params
+        try:
+            body = await read_json(request)
+            take = max(0, min(int(request.query_params.get("take", "0")), 1000))
+        except (ValueError, UnicodeDecodeError) as exc:
+            return error_response(400, "bad_json", f"job-done-batch needs a JSON list and an integer take: {exc}")
+        if not isinstance(body, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in body):
+            return error_response(400, "bad_request", 'job-done-batch takes a list of results: [{"id": JOB, ...}]')
+        jobs = await plane.done_batch(p["endpoint"], p["worker"], [(r["id"], r) for r in body], take)
+        return json_response(jobs) if jobs else _EMPTY
 
     async def stream(request: Request) -> Response:
         if (bad := denied(request)) is not None:
@@ -111,6 +125,7 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         Route(f"{prefix}/job-take-batch/{{worker}}", take_batch, methods=["GET"]),
         Route(f"{prefix}/job-stop/{{worker}}", stop, methods=["GET"]),
         Route(f"{prefix}/job-done/{{worker}}/{{job}}", done, methods=["POST"]),
+        Route(f"{prefix}/job-done-batch/{{worker}}", done_batch, methods=["POST"]),
         Route(f"{prefix}/job-stream/{{worker}}/{{job}}", stream, methods=["POST"]),
         Route(f"{prefix}/ping/{{worker}}", ping, methods=["GET"]),
     ]

@@ -485,10 +485,8 @@ class ControlPlane:
     def _job_payload(job: Job) -> dict[str, Any]:
         return {"id": job.id, "input": job.input, **job.extra}
 
-    async def done(
-        self, endpoint: str, worker_id: str, job_id: str, body: Any, *, take_next: bool = False
-    ) -> list[dict[str, Any]]:
-        """A result (or a progress update) from a worker; idempotent. With ``take_next``, long-poll the next job."""
+    def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        """A result (or a progress update) from a worker; idempotent: a late or repeated one changes nothing."""
         worker = self._worker(endpoint, worker_id)
         job = self.store.get(job_id)
         if job is not None and isinstance(body, dict) and job.worker_id == worker_id:
@@ -496,14 +494,23 @@ class ControlPlane:
                 if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
                     job.output = body.get("output")
                     self._save(job)
-                return []
+                return
             if job.status is JobStatus.IN_PROGRESS:
                 self._complete(job, body)
         if worker is not None:
             worker.jobs.discard(job_id)
             self._after_job(worker, stop_pod=isinstance(body, dict) and bool(body.get("stopPod")))
-        if take_next and worker is not None and worker.live:
-            return await self.take(endpoint, worker_id, 1)
+
+    async def done_batch(
+        self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
+    ) -> list[dict[str, Any]]:
+        """Several results of one worker (``(job id, body)``), then, with ``take``, a long-poll for up to that many
+        jobs: flashpoint's own worker posts what finished together in one exchange, which carries its next jobs."""
+        for job_id, body in results:
+            self.done(endpoint, worker_id, job_id, body)
+        worker = self.workers.get(worker_id)
+        if take > 0 and worker is not None and worker.live:
+            return await self.take(endpoint, worker_id, take)
         return []
 
     def _complete(self, job: Job, body: dict[str, Any]) -> None:

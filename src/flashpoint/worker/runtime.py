@@ -2,9 +2,10 @@
 
 The worker reads the same variables an unmodified ``runpod.serverless.start`` worker reads (``RUNPOD_WEBHOOK_GET_JOB``,
 ``RUNPOD_WEBHOOK_POST_OUTPUT``, ``RUNPOD_WEBHOOK_POST_STREAM``, ``RUNPOD_WEBHOOK_PING``, ``RUNPOD_AI_API_KEY``,
-``RUNPOD_POD_ID``, ``RUNPOD_PING_INTERVAL``), so the control plane serves one protocol to both. Two optimisations stay
-inside that protocol: long-polls are held by the server, and a result post may ask (``&take=1``) for the next job in
-its answer, so a busy worker makes one round trip per job. Never imports ``flashpoint.store`` or ``scheduler``.
+``RUNPOD_POD_ID``, ``RUNPOD_PING_INTERVAL``), so the control plane serves one protocol to both. It takes jobs with
+Runpod's job-take-batch, and adds one route beside it, job-done-batch: the results that finished together go in one
+post whose answer, held by the plane until there is work, carries the next jobs (result-carries-next-job, per batch).
+Never imports ``flashpoint.store`` or ``scheduler``.
 """
 
 from __future__ import annotations
@@ -227,6 +228,16 @@ class Urls:
     stream: str
     ping: str
 
+    @property
+    def take_batch(self) -> str:
+        """Runpod's job-take-batch, derived from job-take as Runpod's worker derives it."""
+        return self.take.replace("/job-take/", "/job-take-batch/")
+
+    @property
+    def done_batch(self) -> str:
+        """flashpoint's job-done-batch: several results in one post, whose answer may carry the next jobs."""
+        return self.take.replace("/job-take/", "/job-done-batch/")
+
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Urls:
         worker_id = env["RUNPOD_POD_ID"]
@@ -239,7 +250,13 @@ class Urls:
 
 
 class Runtime:
-    """Runs ``concurrency`` lanes; each lane takes a job, runs it, and posts the result asking for the next one."""
+    """Runs up to ``concurrency`` jobs at once, pulling them over the worker protocol.
+
+    One exchange at a time may take jobs: it posts the results that finished since the last one and asks for as many
+    jobs as there are free slots (``job-done-batch?take=N``, or ``job-take-batch`` with no results), and the plane
+    holds it until there is work. Results that finish while that exchange is held go out in a result-only post. So a
+    busy worker makes one round trip per batch of jobs, and one per job when it runs one at a time.
+    """
 
     def __init__(
         self,
@@ -258,8 +275,14 @@ class Runtime:
         self.ping_interval_s = ping_interval_s
         self.parent_pid = parent_pid
         self.stopping = asyncio.Event()
-        self.running: dict[str, asyncio.Task[Any]] = {}
-        self._waiting: set[asyncio.Task[Any]] = set()
+        self.running: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        #: results not yet acknowledged: posted again if an exchange fails (job-done is idempotent), never recomputed
+        self._outbox: list[dict[str, Any]] = []
+        #: exchanges in flight, with the results each carries
+        self._exchanges: dict[asyncio.Task[list[dict[str, Any]]], list[dict[str, Any]]] = {}
+        #: the one exchange in flight that may bring jobs
+        self._taker: asyncio.Task[list[dict[str, Any]]] | None = None
+        self._wake = asyncio.Event()
 
     async def run(self) -> None:
         import aiohttp  # aiohttp rather than httpx here: about 4x less time per request on the hot path
@@ -276,7 +299,7 @@ class Runtime:
             if self.urls.ping:
                 helpers.append(asyncio.create_task(self._ping()))
             try:
-                await asyncio.gather(*(self._lane() for _ in range(self.concurrency)))
+                await self._pump()
             finally:
                 for task in helpers:
                     task.cancel()
@@ -289,63 +312,91 @@ class Runtime:
     def stop(self) -> None:
         """Stop taking jobs; jobs already running finish and post their results."""
         self.stopping.set()
-        for task in self._waiting:
-            task.cancel()
+        if self._taker is not None:
+            self._taker.cancel()  # a held take; results it carried are posted again, without asking for work
+        self._wake.set()
 
-    async def _poll(self, method: str, url: str, data: bytes | None = None) -> tuple[int, bytes]:
-        """One long-poll (take, or result-plus-take); cancelled at once when the worker stops."""
-        task = asyncio.ensure_future(self._request(method, url, data))
-        self._waiting.add(task)
-        try:
-            return await task
-        finally:
-            self._waiting.discard(task)
-
-    async def _lane(self) -> None:
-        job: dict[str, Any] | None = None
-        #: a result not yet acknowledged: posted again (job-done is idempotent), never computed again
-        result: tuple[str, dict[str, Any]] | None = None
+    async def _pump(self) -> None:
+        loop = asyncio.get_running_loop()
         failures = 0
-        while not self.stopping.is_set() or result is not None:
-            try:
-                if result is not None:
-                    job = await self._post_result(*result, take_next=not self.stopping.is_set())
-                    result = None
-                elif job is None:
-                    job = _job_from(
-                        await self._poll("GET", f"{self.urls.take}&job_in_progress={int(bool(self.running))}")
-                    )
-                else:
-                    result = (job["id"], await self._execute(job))
-                    job = None
+        resume_at = 0.0
+        while True:
+            stopping = self.stopping.is_set()
+            if stopping and not (self.running or self._outbox or self._exchanges):
+                return
+            free = self.concurrency - len(self.running)
+            if loop.time() >= resume_at:
+                if self._taker is None and free > 0 and not stopping:
+                    self._taker = self._exchange(self._take_outbox(), take=free)
+                elif self._outbox:
+                    self._exchange(self._take_outbox(), take=0)
+            await self._wake.wait()
+            self._wake.clear()
+            for task in [t for t in self._exchanges if t.done()]:
+                results = self._exchanges.pop(task)
+                if task is self._taker:
+                    self._taker = None
+                if task.cancelled():
+                    self._outbox[:0] = results
+                    continue
+                error = task.exception()
+                if error is not None:  # the control plane is unreachable or answered badly: back off, never spin
+                    self._outbox[:0] = results
+                    failures += 1
+                    log.warning("worker request failed (%s: %s); retrying", type(error).__name__, error)
+                    if failures > 20:
+                        log.error("control plane unreachable; worker exits")
+                        self.stopping.set()
+                        return
+                    delay = min(0.05 * 2**failures, 2.0)
+                    resume_at = loop.time() + delay
+                    loop.call_later(delay, self._wake.set)
+                    continue
                 failures = 0
-            except asyncio.CancelledError:
-                if not self.stopping.is_set():
-                    raise
-                # stopping cancelled a long-poll; a result it carried is posted once more, without asking for work
-            except Exception as exc:  # the control plane is unreachable or answered badly: back off, never spin
-                failures += 1
-                log.warning("worker request failed (%s: %s); retrying", type(exc).__name__, exc)
-                if failures > 20:
-                    log.error("control plane unreachable; worker exits")
-                    self.stopping.set()
-                    return
-                await asyncio.sleep(min(0.05 * 2**failures, 2.0))
+                for job in task.result():
+                    self._start(job)
+
+    def _take_outbox(self) -> list[dict[str, Any]]:
+        results, self._outbox = self._outbox, []
+        return results
+
+    def _exchange(self, results: list[dict[str, Any]], *, take: int) -> asyncio.Task[list[dict[str, Any]]]:
+        task = asyncio.ensure_future(self._post(results, take))
+        self._exchanges[task] = results
+        task.add_done_callback(lambda _: self._wake.set())
+        return task
+
+    async def _post(self, results: list[dict[str, Any]], take: int) -> list[dict[str, Any]]:
+        """Post ``results`` and/or take up to ``take`` jobs; the jobs the answer carries."""
+        if results:
+            url = self.urls.done_batch + (f"&take={take}" if take else "")
+            response = await self._request("POST", url, json.dumps(results, ensure_ascii=False).encode())
+        else:
+            url = f"{self.urls.take_batch}&batch_size={take}&job_in_progress={int(bool(self.running))}"
+            response = await self._request("GET", url)
+        return _jobs_from(response)
+
+    def _start(self, job: dict[str, Any]) -> None:
+        job_id = job["id"]
+        task = asyncio.ensure_future(self._execute(job))
+        self.running[job_id] = task
+        task.add_done_callback(lambda done: self._finished(job_id, done))
+
+    def _finished(self, job_id: str, task: asyncio.Task[dict[str, Any]]) -> None:
+        self.running.pop(job_id, None)
+        # stopped through the job-stop channel (cancelled): like Runpod's worker, post nothing
+        if not task.cancelled():
+            error = task.exception()
+            body = error_body(error) if error is not None else task.result()
+            if body:
+                self._outbox.append({"id": job_id, **body})
+        self._wake.set()
 
     async def _execute(self, job: dict[str, Any]) -> dict[str, Any]:
-        job_id = job["id"]
         token = set_current_job(job)
-        task = asyncio.ensure_future(self._run_handler(job))
-        self.running[job_id] = task
         try:
-            return await task
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                raise  # the lane itself is being cancelled
-            # stopped through the job-stop channel: like Runpod's worker, post nothing
-            return {}
+            return await self._run_handler(job)
         finally:
-            self.running.pop(job_id, None)
             reset_current_job(token)
 
     async def _run_handler(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -366,17 +417,6 @@ class Runtime:
             return {"output": codec.encode_value(output, binary_ok=binary_ok)}
         except Exception as exc:
             return error_body(exc, Reason.OUTPUT_NOT_SERIALIZABLE)
-
-    async def _post_result(self, job_id: str, body: dict[str, Any], *, take_next: bool) -> dict[str, Any] | None:
-        if not body:
-            return None
-        url = self.urls.done.replace("$ID", job_id) + "&isStream=false" + ("&take=1" if take_next else "")
-        data = json.dumps(body, ensure_ascii=False).encode()
-        response = await (self._poll if take_next else self._request)("POST", url, data)
-        if take_next:
-            return _job_from(response)
-        _check(response)
-        return None
 
     async def _stop_channel(self) -> None:
         url = self.urls.take.replace("/job-take/", "/job-stop/")
@@ -427,15 +467,15 @@ def _check(response: tuple[int, bytes]) -> bool:
     return True
 
 
-def _job_from(response: tuple[int, bytes]) -> dict[str, Any] | None:
+def _jobs_from(response: tuple[int, bytes]) -> list[dict[str, Any]]:
+    """The jobs an answer carries: none (204), a list (batch) or one job object."""
     status, body = response
     if status == 204 or not body:
-        return None
+        return []
     _check(response)
     data = json.loads(body)
-    if isinstance(data, dict) and "id" in data and "input" in data:
-        return data
-    return None
+    items = data if isinstance(data, list) else [data]
+    return [job for job in items if isinstance(job, dict) and "id" in job and "input" in job]
 
 
 def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] | None = None) -> None:
