@@ -111,6 +111,8 @@ Handler = Callable[[Request, ControlPlane, str, Intake], Awaitable[Response]]
 
 
 def _query_ms(request: Request, name: str, default: int, low: int, high: int) -> int:
+    if not request.scope["query_string"]:  # the usual case: no query to parse
+        return default
     text = request.query_params.get(name)
     if text is None:
         return default

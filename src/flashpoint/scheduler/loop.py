@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from flashpoint.backends.base import Backend, Launch
 from flashpoint.errors import BackendError, InvalidEndpointError, InvalidTransitionError, NotFoundError, NotReadyError
@@ -32,6 +32,7 @@ from flashpoint.spec import EndpointSpec, ServerlessScalerType, WorkerTarget
 from flashpoint.store.base import JobStore
 from flashpoint.worker.runtime import LOG_MARK
 
+T = TypeVar("T")
 log = logging.getLogger("flashpoint.plane")
 worker_log = logging.getLogger("flashpoint.worker")
 
@@ -379,13 +380,18 @@ class ControlPlane:
             if not future.done():
                 future.set_result(view)
 
+        def too_late() -> TimeoutError:
+            job = self.store.get(job_id)
+            return TimeoutError(f"job {job_id} is still {job.status.value if job else 'unknown'} after {timeout}s")
+
         unsubscribe = self.on_finish(job_id, resolve)
+        timer = _settle_after(future, timeout, too_late) if timeout is not None else None
         try:
-            return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"job {job_id} is still {self.job(job_id).status.value} after {timeout}s") from None
+            return await future
         finally:
             unsubscribe()
+            if timer is not None:
+                timer.cancel()
 
     def cancel(self, job_id: str) -> JobView:
         job = self.job(job_id)
@@ -438,11 +444,11 @@ class ControlPlane:
             entry = (worker_id, count, future)
             ep.takers.append(entry)
             self._kick_if_someone_waits()  # an idle, pulling worker may have devices another endpoint waits for
+            timer = _settle_after(future, hold, list)
             try:
-                jobs = await asyncio.wait_for(future, hold)
-            except asyncio.TimeoutError:
-                jobs = []
+                jobs = await future
             finally:
+                timer.cancel()
                 if entry in ep.takers:
                     ep.takers.remove(entry)
         return [self._job_payload(job) for job in jobs]
@@ -1207,6 +1213,21 @@ class ControlPlane:
                 }
             )
         return rows
+
+
+def _settle_after(future: asyncio.Future[T], seconds: float, outcome: Callable[[], Any]) -> asyncio.TimerHandle:
+    """Settle ``future`` after ``seconds`` unless something settles it first: with ``outcome()``, raised to the awaiter
+    when it is an exception. ``asyncio.wait_for`` without its extra task and cancellation work: on every job's path."""
+
+    def settle() -> None:
+        if not future.done():
+            value = outcome()
+            if isinstance(value, BaseException):
+                future.set_exception(value)
+            else:
+                future.set_result(value)
+
+    return asyncio.get_running_loop().call_later(seconds, settle)
 
 
 def _parse_error(error: Any) -> tuple[JobError, Reason]:

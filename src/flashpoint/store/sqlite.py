@@ -55,10 +55,24 @@ _LISTS = ("logs", "stream")
 Row = tuple[str, str, str, float, float, str]
 
 
-def _to_row(job: Job) -> Row:
-    """The column values of a job: ``COLUMNS`` then ``data``, the JSON of every other field."""
+def _json(job: Job, value: Any) -> str:
+    try:
+        # ensure_ascii (the default) keeps lone surrogates, which strict UTF-8 text columns would refuse
+        return json.dumps(value, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            f"job {job.id!r} cannot be stored: {exc}; a job's input, output, extra, logs and stream must be JSON "
+            "(flashpoint.codec wraps other values in its binary envelope)"
+        ) from None
+
+
+def _to_row(job: Job, input_json: str | None = None) -> Row:
+    """The column values of a job: ``COLUMNS`` then ``data``, the JSON of every other field.
+
+    ``input_json`` is the JSON of ``job.input`` when the caller has it already (the input never changes, and it may
+    be the largest part of the record).
+    """
     data: dict[str, Any] = {
-        "input": job.input,
         "reason": job.reason.value if job.reason is not None else None,
         "placement": None
         if job.placement is None
@@ -74,14 +88,7 @@ def _to_row(job: Job) -> Row:
     }
     for name in _PLAIN + _LISTS:
         data[name] = getattr(job, name)
-    try:
-        # ensure_ascii (the default) keeps lone surrogates, which strict UTF-8 text columns would refuse
-        text = json.dumps(data, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise StoreError(
-            f"job {job.id!r} cannot be stored: {exc}; a job's input, output, extra, logs and stream must be JSON "
-            "(flashpoint.codec wraps other values in its binary envelope)"
-        ) from None
+    text = '{"input":' + (input_json or _json(job, job.input)) + "," + _json(job, data)[1:]
     return job.id, job.endpoint, job.status.value, job.created_at, job.expires_at, text
 
 
@@ -136,6 +143,8 @@ class SQLiteJobStore:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         self._live: dict[str, Job] = {}
+        #: the JSON of each live job's input, written with every change of the job but encoded once
+        self._inputs: dict[str, str] = {}
         self._conn: sqlite3.Connection | None = self._open(busy_timeout_s)
         #: writes since the last flush() share one transaction (group commit)
         self._in_transaction = False
@@ -240,7 +249,8 @@ class SQLiteJobStore:
     # the JobStore verbs
 
     def add(self, job: Job) -> None:
-        row = _to_row(job)
+        input_json = _json(job, job.input)
+        row = _to_row(job, input_json)
         with self._lock:
             conn = self._writer()
             try:
@@ -251,14 +261,16 @@ class SQLiteJobStore:
                 raise StoreError(f"job store {self.path}: cannot add job {job.id!r}: {exc}") from exc
             if not job.status.terminal:
                 self._live[job.id] = job
+                self._inputs[job.id] = input_json
 
     def update(self, job: Job) -> None:
-        row = _to_row(job)
+        row = _to_row(job, self._inputs.get(job.id))
         with self._lock:
             if not self._change(f"update job {job.id!r}", _UPDATE, (*row[1:], job.id)):
                 raise StoreError(f"job store {self.path}: cannot update job {job.id!r}: no such job")
             if job.status.terminal:
                 self._live.pop(job.id, None)
+                self._inputs.pop(job.id, None)
             else:
                 self._live[job.id] = job
 
@@ -292,6 +304,7 @@ class SQLiteJobStore:
         with self._lock:
             self._change(f"delete job {job_id!r}", "delete from jobs where id = ?", (job_id,))
             self._live.pop(job_id, None)
+            self._inputs.pop(job_id, None)
 
     def expired(self, now: float) -> builtins.list[Job]:
         with self._lock:
@@ -317,6 +330,7 @@ class SQLiteJobStore:
                 self._conn.close()
                 self._conn = None
             self._live.clear()
+            self._inputs.clear()
 
     def __repr__(self) -> str:
         return f"SQLiteJobStore({self.path!r})"
