@@ -60,8 +60,9 @@ APP = textwrap.dedent(
     """
 )
 
-# The anchor: the same uvicorn settings as `flashpoint serve` (log_level warning, no access log, keep-alive 120 s,
-# a pre-bound loopback socket with TCP_NODELAY), one lean route that parses the body and echoes its "input".
+# The anchor: the same uvicorn settings as `flashpoint serve` (its HTTP protocol, which writes a response in one
+# write; log_level warning, no access log, keep-alive 120 s, a pre-bound loopback socket with TCP_NODELAY), one lean
+# route that parses the body and echoes its "input".
 BARE = textwrap.dedent(
     """
     import socket
@@ -69,6 +70,8 @@ BARE = textwrap.dedent(
     import uvicorn
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
+
+    from flashpoint.api.transport import CoalescingHttpToolsProtocol
 
     app = FastAPI()
 
@@ -84,7 +87,9 @@ BARE = textwrap.dedent(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", 0))
     print(f"bare serving echo on http://127.0.0.1:{sock.getsockname()[1]} (fastapi)", flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=120)
+    config = uvicorn.Config(
+        app, http=CoalescingHttpToolsProtocol, log_level="warning", access_log=False, timeout_keep_alive=120
+    )
     uvicorn.Server(config).run(sockets=[sock])
     """
 )
