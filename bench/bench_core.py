@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchlib import percentiles, text_table
+
 # Everything that reads the environment at import time must see these first.
 FLEET = "NVIDIA_A100_80GB_PCIe:2"
 os.environ["FLASHPOINT_SIMULATED_GPUS"] = FLEET
@@ -41,15 +43,6 @@ TARGETS = {"warm_p50": ("<=", 1.0), "throughput": (">=", 1.0), "cold": ("<=", 0.
 
 # --------------------------------------------------------------------------------------------------------------------
 # helpers
-
-
-def percentiles(samples_s: list[float]) -> dict[str, float]:
-    ordered = sorted(samples_s)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    return {"p50_ms": at(0.50), "p99_ms": at(0.99), "mean_ms": statistics.fmean(ordered) * 1000, "n": len(ordered)}
 
 
 def timed_subprocess(code: str, env: dict[str, str], expect: str, timeout: float) -> float:
@@ -284,10 +277,7 @@ def table(fp: dict[str, Any], ray: dict[str, Any] | None) -> str:
         f"{ray['cold']['median_s']:.2f} s" if ray else "",
     )
     header = ("measurement", "flashpoint", "ray", "flashpoint/ray", "target")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(5)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return text_table(header, rows)
 
 
 def main() -> None:

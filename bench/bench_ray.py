@@ -28,12 +28,13 @@ import asyncio
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import textwrap
 import time
 from typing import Any
+
+from benchlib import percentiles, text_table
 
 # Everything that reads the environment at import time (Ray, flashpoint's settings) must see these first.
 RAY_ENV = {
@@ -74,15 +75,6 @@ APP = textwrap.dedent(
 
 # --------------------------------------------------------------------------------------------------------------------
 # helpers
-
-
-def percentiles(samples_s: list[float]) -> dict[str, float]:
-    ordered = sorted(samples_s)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    return {"p50_ms": at(0.50), "p99_ms": at(0.99), "mean_ms": statistics.fmean(ordered) * 1000, "n": len(ordered)}
 
 
 def start_cluster() -> Any:
@@ -286,11 +278,7 @@ def table(fp: dict[str, Any], ray: dict[str, Any]) -> str:
         ),
     ]
     header = ("measurement", "flashpoint on Ray", "plain Ray actor", "flashpoint/ray")
-    cells = [header, *((label, a, b, f"{ratio:.2f}x") for label, a, b, ratio in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(4)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return text_table(header, [(label, a, b, f"{ratio:.2f}x") for label, a, b, ratio in rows])
 
 
 def main() -> None:

@@ -27,7 +27,6 @@ import re
 import select
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchlib import percentiles, text_table
 
 FLEET = "NVIDIA_A100_80GB_PCIe:2"
 API_KEY = "bench-key"
@@ -97,17 +98,6 @@ BARE = textwrap.dedent(
 
 # --------------------------------------------------------------------------------------------------------------------
 # helpers
-
-
-def percentiles(samples_s: list[float]) -> dict[str, float]:
-    if not samples_s:
-        return {"p50_ms": float("nan"), "p99_ms": float("nan"), "mean_ms": float("nan"), "n": 0}
-    ordered = sorted(samples_s)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    return {"p50_ms": at(0.50), "p99_ms": at(0.99), "mean_ms": statistics.fmean(ordered) * 1000, "n": len(ordered)}
 
 
 @dataclass
@@ -485,10 +475,7 @@ def table(results: dict[str, Any]) -> str:
             )
         )
     header = ("measurement", "throughput", "HTTP req/s", "p50", "p99", "done", "vs (a)", "target")
-    widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *cells]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append("")
+    lines = [text_table(header, cells), ""]
     lines.append(cpu_table(results))
     lines.append("")
     run_status = results["run_status"]
@@ -517,10 +504,7 @@ def cpu_table(results: dict[str, Any]) -> str:
         per_op = "-" if server_s is None or not row["ops"] else f"{server_s / row['ops'] * 1e6:,.0f} us"
         workers = cores(row, "workers") if key != "bare" else "-"
         cells.append((label, cores(row, "server"), workers, cores(row, "client"), per_op))
-    widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *cells]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return text_table(header, cells)
 
 
 def main() -> None:
