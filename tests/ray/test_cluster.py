@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -156,6 +157,7 @@ async def test_two_gpus_only_on_a_node_with_two_free_devices(ray_cluster: RayClu
 async def test_impossible_request_is_explained_then_runs_when_a_node_joins(
     ray_cluster: RayCluster, ray_plane, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="flashpoint.plane")
     ray_plane(ray_cluster)
 
     @Endpoint(name="b200", gpu=GpuType.NVIDIA_B200)
@@ -173,6 +175,8 @@ async def test_impossible_request_is_explained_then_runs_when_a_node_joins(
     ray_cluster.add("NVIDIA-B200", 1)
     assert await job.wait(timeout=60) == "COMPLETED"
     assert job.output["FLASHPOINT_RAY_NODE_ID"] == ray_cluster.node_id("NVIDIA-B200")
+    assert not (await b200.explain()).never  # the verdict was made again when the node joined
+    assert "can run now" in caplog.text
 
 
 async def test_node_lost_mid_job_requeues_it_and_it_completes_elsewhere(fresh_cluster, ray_plane, tmp_path) -> None:

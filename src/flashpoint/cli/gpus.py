@@ -30,6 +30,8 @@ def gpus(
 
     With a flashpoint process running on this machine, shows its fleet and the worker holding each device.
 
+    Otherwise, with FLASHPOINT_BACKEND=ray and FLASHPOINT_RAY_ADDRESS set, shows the Ray cluster's fleet.
+
     Otherwise discovers the local fleet: simulated devices when FLASHPOINT_SIMULATED_GPUS is set, else NVML's.
     """
     if catalog:
