@@ -15,9 +15,9 @@ from flashpoint.server import EmbeddedPlane
 pytestmark = pytest.mark.timeout(60)
 
 
-async def _setup(make_plane: Any) -> tuple[EmbeddedPlane, Any, dict[str, str]]:
+async def _setup(make_plane: Any, hold_s: str = "0.3") -> tuple[EmbeddedPlane, Any, dict[str, str]]:
     # A B200 endpoint on an H200 fleet: no real worker can ever start, so this test plays the worker itself.
-    plane = make_plane("NVIDIA_H200:1", FLASHPOINT_TAKE_HOLD_S="0.3")
+    plane = make_plane("NVIDIA_H200:1", FLASHPOINT_TAKE_HOLD_S=hold_s)
 
     @Endpoint(name="proto", gpu=GpuType.NVIDIA_B200)
     async def proto(data: dict) -> dict:
@@ -201,3 +201,37 @@ async def test_job_done_batch_refuses_a_malformed_post(make_plane, body: str, qu
     assert answer.status_code == 400
     assert answer.headers["content-type"] == "application/json"
     assert answer.json()["code"] == code
+
+
+async def test_a_retiring_worker_waits_for_nothing_instead_of_spinning_and_its_stop_answers_it(make_plane) -> None:
+    import asyncio
+
+    plane, proto, headers = await _setup(make_plane, hold_s="30")
+    worker = plane.plane.workers["w-test"]
+
+    async def retire() -> None:
+        worker.retiring = True
+
+    plane.run_sync(retire())
+    job = await proto.run({"n": 1})
+    async with httpx.AsyncClient(headers=headers, timeout=60) as client:
+        take = asyncio.ensure_future(client.get(_url(plane, "job-take-batch/w-test?gpu=x&batch_size=2")))
+
+        async def waiting() -> bool:
+            return any(entry[0] == "w-test" for entry in plane.plane.endpoints["proto"].takers)
+
+        for _ in range(500):  # bounded: until the plane holds the take
+            if plane.run_sync(waiting(), timeout=10):
+                break
+            await asyncio.sleep(0.01)
+        assert plane.run_sync(waiting(), timeout=10)
+        assert not take.done() and await job.status() == "IN_QUEUE"  # held, and given nothing
+
+        async def stop() -> None:
+            plane.plane._mark_stopping(worker)
+
+        plane.run_sync(stop())
+        answer = await asyncio.wait_for(take, 10)  # well before the 30 s hold
+        assert answer.status_code == 204
+        assert await job.status() == "IN_QUEUE"
+        await job.cancel()

@@ -433,12 +433,13 @@ class ControlPlane:
         ep = self.endpoints.get(endpoint)
         worker = self._worker(endpoint, worker_id)
         hold = self.take_hold_s if hold_s is None else hold_s
-        if ep is None or worker is None or not worker.live:
-            # unknown or retiring: hold anyway, so a misconfigured worker does not spin
-            if ep is None or worker is None:
-                await asyncio.sleep(min(hold, 5.0))
+        if ep is None or worker is None:  # unknown: hold anyway, so a misconfigured worker does not spin
+            await asyncio.sleep(min(hold, 5.0))
             return []
-        jobs = self._pop(ep, worker, count)
+        if worker.state is WorkerState.STOPPING:  # answered at once: it is about to exit
+            return []
+        # a retiring worker gets nothing new, but waits like any other (its stop answers it), rather than spin
+        jobs = self._pop(ep, worker, count) if worker.live else []
         if not jobs:
             future: asyncio.Future[list[Job]] = asyncio.get_running_loop().create_future()
             entry = (worker_id, count, future)
@@ -466,17 +467,23 @@ class ControlPlane:
 
     def _dispatch(self, ep: EndpointState) -> None:
         """Hand queued jobs to workers already waiting in a long-poll."""
+        retiring: list[tuple[str, int, asyncio.Future[list[Job]]]] = []
         while ep.queued and ep.takers:
-            worker_id, count, future = ep.takers.popleft()
+            entry = ep.takers.popleft()
+            worker_id, count, future = entry
             worker = self.workers.get(worker_id)
-            if future.done() or worker is None or not worker.live:
+            if future.done() or worker is None:
+                continue
+            if not worker.live:  # keeps waiting (its stop answers it), and gets nothing
+                retiring.append(entry)
                 continue
             jobs = self._pop(ep, worker, count)
             if jobs:
                 future.set_result(jobs)
             else:
-                ep.takers.appendleft((worker_id, count, future))
-                return
+                ep.takers.appendleft(entry)
+                break
+        ep.takers.extendleft(reversed(retiring))
 
     def _assign(self, job: Job, worker: Worker) -> None:
         job.move(JobStatus.IN_PROGRESS)
