@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 
 from flashpoint.backends import process
@@ -49,16 +48,6 @@ class LocalBackend:
         proc = self._procs.get(worker_id)
         if proc is not None:
             await process.terminate(proc, grace_s, worker_id)
-
-    def kill(self, worker_id: str) -> None:
-        proc = self._procs.get(worker_id)
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-
-    def pid(self, worker_id: str) -> int | None:
-        proc = self._procs.get(worker_id)
-        return proc.pid if proc is not None else None
 
     async def close(self) -> None:
         workers = list(self._procs)

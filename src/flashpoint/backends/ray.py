@@ -167,7 +167,8 @@ class WorkerHost:
         self._code: int | None = None
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self, argv: list[str], env: dict[str, str], cwd: str | None, plane_python: str) -> dict[str, Any]:
+    async def start(self, argv: list[str], env: dict[str, str], cwd: str | None, plane_python: str) -> list[str]:
+        """Start the worker process; the GPU ids Ray gave this actor (and so the worker)."""
         import ray
 
         command = list(argv)
@@ -186,7 +187,7 @@ class WorkerHost:
         wrapped = [sys.executable, "-m", "flashpoint.worker.launch", "--parent", str(os.getpid()), "--", *command]
         self._proc = await process.spawn(wrapped, full_env, cwd)
         self._task = asyncio.create_task(self._run(self._proc))
-        return {"pid": self._proc.pid, "node_id": node_id, "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
+        return [str(i) for i in ray.get_gpu_ids()]
 
     async def _run(self, proc: asyncio.subprocess.Process) -> None:
         self._code = await process.watch(proc, self._add)
@@ -344,7 +345,7 @@ class RayBackend:
         self._starting.add(actor)
         self._none_starting.clear()
         try:
-            info = await asyncio.wait_for(
+            gpu_ids = await asyncio.wait_for(
                 actor.start.remote(list(launch.argv), dict(launch.env), launch.cwd, sys.executable),
                 self.ready_timeout_s,
             )
@@ -370,8 +371,7 @@ class RayBackend:
             raise BackendError(f"worker {launch.worker_id}: the Ray backend is closed")
         self._actors[launch.worker_id] = actor
         self._pumps[launch.worker_id] = asyncio.create_task(self._pump(launch.worker_id, actor, on_line, on_exit))
-        ids = info.get("gpu_ids") or []
-        return tuple(int(i) for i in ids) if all(str(i).isdigit() for i in ids) else None
+        return tuple(int(i) for i in gpu_ids) if all(i.isdigit() for i in gpu_ids) else None
 
     async def _pump(self, worker_id: str, actor: Any, on_line: LineCallback, on_exit: ExitCallback) -> None:
         code = -1
