@@ -443,6 +443,11 @@ class Server:
         max_body_bytes: int = 10 * 1024 * 1024,
         allow_pickle: bool = False,
     ) -> None:
+        if any(not key.strip() for key in api_keys):
+            raise ConfigError(
+                "an API key is blank, so no request could match it; pass real keys (e.g. FLASHPOINT_API_KEY="
+                "$(openssl rand -hex 24)), without blank items"
+            )
         if not api_keys and not _loopback(host):
             raise ConfigError(
                 f"refusing to listen on {host} without an API key: anyone who can reach it could run jobs. "

@@ -62,7 +62,7 @@ def serve(
         if value is not None:
             env[name] = value
     settings = Settings.load(env)
-    keys = [k.strip() for k in (settings.api_key or "").split(",") if k.strip()] + list(api_key or [])
+    keys = _api_keys(settings.api_key, api_key or [])
     if max_body_mb <= 0:
         raise ConfigError(f"--max-body-mb must be positive, got {max_body_mb}")
     Server(
@@ -75,3 +75,25 @@ def serve(
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         allow_pickle=allow_pickle,
     ).run()
+
+
+def _api_keys(env_value: str | None, options: list[str]) -> list[str]:
+    """The accepted keys, stripped: FLASHPOINT_API_KEY's comma list (blank items dropped) plus each ``--api-key``.
+
+    A key that is blank after stripping matches no request, yet would satisfy the rule that a server bound beyond
+    loopback needs a key: an explicitly blank ``--api-key``, or a FLASHPOINT_API_KEY holding only blanks, is refused.
+    """
+    keys = [k.strip() for k in (env_value or "").split(",") if k.strip()]
+    if env_value and not keys:
+        raise ConfigError(
+            f"FLASHPOINT_API_KEY is set but holds no key ({env_value!r}); set it to one or more keys separated by "
+            "commas, e.g. FLASHPOINT_API_KEY=$(openssl rand -hex 24), or unset it"
+        )
+    for option in options:
+        if not option.strip():
+            raise ConfigError(
+                f"--api-key {option!r} is blank, so no request could match it; pass a real key, e.g. "
+                "--api-key $(openssl rand -hex 24), or leave the option out"
+            )
+        keys.append(option.strip())
+    return keys
