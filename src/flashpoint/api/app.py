@@ -57,6 +57,7 @@ def create_app(
     app.state.intake = intake
     app.state.max_body_bytes = max_body_bytes
     errors.install(app)
+    native.require_key_for_docs(app)
     app.include_router(native.router, prefix="/v1")
     metrics = PlaneMetrics(plane)
     app.router.routes.append(metrics_route(metrics))

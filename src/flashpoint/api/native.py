@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query
 from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flashpoint.api import errors, schemas
 from flashpoint.api.deps import Plane, require_api_key
-from flashpoint.api.workers import json_response
+from flashpoint.api.workers import error_response, json_response, key_matches
 from flashpoint.gpus import describe
 from flashpoint.jobs import JobStatus
 from flashpoint.scheduler.loop import ControlPlane
@@ -157,9 +159,38 @@ def create_native_app(
     app.state.plane = plane
     app.state.api_keys = tuple(api_keys)
     errors.install(app)
+    require_key_for_docs(app)
     app.include_router(router)
     if metrics is not None:
         from flashpoint.api.metrics import metrics_route
 
         app.router.routes.append(metrics_route(metrics))
     return app
+
+
+def require_key_for_docs(app: FastAPI) -> None:
+    """Put FastAPI's own routes (``/openapi.json``, ``/docs``, its OAuth2 redirect, ``/redoc``) behind
+    ``app.state.api_keys`` like every other route: FastAPI adds them without the router's dependencies.
+
+    With no keys (a server on loopback only) they stay open. The key is read from the app serving the request, so a
+    mounted app checks its own keys.
+    """
+    paths = {app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url} - {None}
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.path in paths:
+            route.app = _keyed(route.app)
+
+
+def _keyed(inner: ASGIApp) -> ASGIApp:
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        keys: tuple[str, ...] = getattr(scope["app"].state, "api_keys", ())
+        if keys:
+            header = dict(scope["headers"]).get(b"authorization")
+            if not key_matches(header.decode("latin-1") if header is not None else None, keys):
+                denied = error_response(401, "unauthorized", "send the API key as Authorization: Bearer KEY")
+                denied.headers["WWW-Authenticate"] = "Bearer"
+                await denied(scope, receive, send)
+                return
+        await inner(scope, receive, send)
+
+    return guarded
