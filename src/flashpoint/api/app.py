@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 from starlette.routing import Router
 from starlette.types import Receive, Scope, Send
 
@@ -18,6 +21,8 @@ from flashpoint.api.runpod import Intake, client_routes
 from flashpoint.api.webhooks import Webhooks
 from flashpoint.api.workers import json_response, worker_routes
 from flashpoint.scheduler.loop import ControlPlane
+
+log = logging.getLogger("flashpoint.api")
 
 
 def create_app(
@@ -57,6 +62,8 @@ def create_app(
     app.state.intake = intake
     app.state.max_body_bytes = max_body_bytes
     errors.install(app)
+    # before the catch-all handler logs it as an unexpected error with its traceback
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     native.require_key_for_docs(app)
     app.include_router(native.router, prefix="/v1")
     metrics = PlaneMetrics(plane)
@@ -81,10 +88,24 @@ class Dispatch:
         self.clients = BodyLimit(clients, api.state.max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v2/"):
-            await (self.workers if _WORKER_PATH.match(scope["path"]) else self.clients)(scope, receive, send)
-        else:
-            await self.api(scope, receive, send)
+        try:
+            if scope["type"] == "http" and scope["path"].startswith("/v2/"):
+                await (self.workers if _WORKER_PATH.match(scope["path"]) else self.clients)(scope, receive, send)
+            else:
+                await self.api(scope, receive, send)
+        except ClientDisconnect:  # the client hung up before its body arrived: nobody to answer, nothing to fix
+            _log_gone(scope)
+
+
+def _log_gone(scope: Scope) -> None:
+    client = scope.get("client")
+    who = f"{client[0]}:{client[1]}" if client else "a client"
+    log.debug("%s hung up before sending its whole request (%s %s)", who, scope.get("method"), scope.get("path"))
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    _log_gone(request.scope)
+    return Response(status_code=400)  # never delivered: the connection is gone
 
 
 async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,0 +1,155 @@
+"""The server's edge against hostile or broken clients, on a real `flashpoint serve` process and real sockets:
+half-sent requests, stalled bodies, more connections than the process may open, clients that hang up mid-body."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+KEY = "edge-key"
+
+
+@dataclass
+class Edge:
+    """A running server: its address, its stderr log file and its process."""
+
+    host: str
+    port: int
+    log: Path
+    proc: subprocess.Popen[str]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection((self.host, self.port), timeout=30)
+
+    def logged(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[Callable[..., Edge]]:
+    """Start `flashpoint serve` with its stderr in a file; ``nofile`` lowers its open-file limit (soft and hard)."""
+    started: list[Edge] = []
+
+    def start(*args: str, nofile: int | None = None) -> Edge:
+        env = {
+            **os.environ,
+            "FLASHPOINT_SIMULATED_GPUS": "NVIDIA_H200:1",
+            "FLASHPOINT_API_KEY": KEY,
+            "FLASHPOINT_STATE_DIR": str(tmp_path / "state"),
+            "FLASHPOINT_TAKE_HOLD_S": "5",
+        }
+        log = tmp_path / f"server-{len(started)}.log"
+
+        def limit() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        command = [sys.executable, "-m", "flashpoint", "serve", str(ROOT / "tests/apps/runpod_app.py"),
+                   "--port", "0", "--db", str(tmp_path / f"jobs-{len(started)}.db"), *args]  # fmt: skip
+        with log.open("w") as err:
+            proc = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=limit
+            )
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        line = ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            if select.select([proc.stdout], [], [], 0.5)[0]:
+                line = proc.stdout.readline()
+                if "flashpoint serving" in line:
+                    break
+        match = re.search(r" on http://([\d.]+):(\d+) ", line)
+        if match is None:
+            proc.kill()
+            proc.wait(10)
+            raise AssertionError(f"the server did not start (exit {proc.returncode}): {log.read_text()[-2000:]}")
+        served = Edge(match.group(1), int(match.group(2)), log, proc)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        if served.proc.poll() is None:
+            served.proc.terminate()
+            try:
+                served.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                served.proc.kill()
+                served.proc.wait(10)
+        if served.proc.stdout is not None:
+            served.proc.stdout.close()
+
+
+def head(method: str, path: str, length: int | None = None, key: str | None = KEY) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "host: test", "content-type: application/json"]
+    if key is not None:
+        lines.append(f"authorization: Bearer {key}")
+    if length is not None:
+        lines.append(f"content-length: {length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def wait_for_text(read: Callable[[], str], text: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while text not in (seen := read()):
+        assert time.monotonic() < deadline, f"{text!r} did not appear within {timeout}s; last: {seen[-2000:]!r}"
+        time.sleep(0.05)  # polling a log file, bounded by the deadline
+    return seen
+
+
+def wait_closed(sock: socket.socket, timeout: float) -> bytes:
+    """Read until the server closes the connection (within ``timeout`` s); what it sent before closing."""
+    sock.settimeout(timeout)
+    received = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+    raise AssertionError(f"the server did not close the connection within {timeout}s")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# a client hanging up mid-body
+
+
+def test_a_client_hanging_up_mid_body_logs_no_traceback(edge: Callable[..., Edge]) -> None:
+    served = edge()
+    for path in ("/v2/echo/run", "/v2/echo/runsync"):
+        sock = served.connect()
+        sock.sendall(head("POST", path, length=1000) + b'{"input": ')
+        sock.shutdown(socket.SHUT_WR)  # the client is gone: the server reads the end of the stream
+        wait_closed(sock, 30)  # the server saw it and closed its side
+        sock.close()
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as client:
+        assert client.get("/v2/echo/health").status_code == 200
+    # a marker the server logs itself, after the disconnects were handled
+    with served.connect() as sock:
+        sock.sendall(b"NOT HTTP\r\n\r\n")
+        wait_closed(sock, 30)
+    log = wait_for_text(served.logged, "Invalid HTTP request received")
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log
