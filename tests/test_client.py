@@ -47,8 +47,8 @@ pytestmark = pytest.mark.timeout(30)
 
 SERVED = ("echo", "boom", "slow", "gen", "genboom")
 TRACEBACK = 'Traceback (most recent call last):\n  File "app.py", line 3, in boom\nValueError: bad prompt\n'
-#: an output JSON cannot carry, as the server sends it to SDK callers
-TUPLE_CHUNK = codec.encode_value(("tuple", 1), binary_ok=True)
+#: an output JSON cannot carry, as the server sends it to SDK callers: a stream chunk with its encoding beside it
+TUPLE_CHUNK = codec.encode_output(("tuple", 1), binary_ok=True)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -170,11 +170,19 @@ def fake_app(fake: Fake) -> Starlette:
         queued = _view(job_id, endpoint, JobStatus.IN_QUEUE)
         job = FakeJob(queued, None)
         if endpoint == "echo":
+            # like a worker: plain JSON comes back as it is; binary arguments come back decoded, as a binary output
+            # marked beside the output (out of band)
+            payload = body["input"]
+            result = {"output": payload}
+            if isinstance(payload, dict) and codec.PICKLE_KEY in payload:
+                args, kwargs = codec.decode_call(payload)
+                result = codec.encode_output({"args": list(args), "kwargs": kwargs}, binary_ok=True)
             job.final = _ended(
                 queued,
                 JobStatus.COMPLETED,
                 reason=Reason.COMPLETED,
-                output=body["input"],
+                output=result["output"],
+                output_binary=codec.is_binary(result),
                 delay_time_ms=5,
                 execution_time_ms=7,
                 worker_id="w-1",
@@ -191,12 +199,12 @@ def fake_app(fake: Fake) -> Starlette:
             )
         elif endpoint == "gen":
             job.final = _ended(queued, JobStatus.COMPLETED, reason=Reason.COMPLETED)
-            job.stream = [("IN_PROGRESS", ["a", TUPLE_CHUNK]), ("COMPLETED", ["c"])]
+            job.stream = [("IN_PROGRESS", [{"output": "a"}, TUPLE_CHUNK]), ("COMPLETED", [{"output": "c"}])]
         elif endpoint == "genboom":
             job.final = _ended(
                 queued, JobStatus.FAILED, reason=Reason.USER_ERROR, error=JobError("RuntimeError", "gpu fell over")
             )
-            job.stream = [("IN_PROGRESS", [1])]
+            job.stream = [("IN_PROGRESS", [{"output": 1}])]
         fake.jobs[job_id] = job
         return JSONResponse({"id": job_id, "status": "IN_QUEUE"})
 
@@ -223,7 +231,7 @@ def fake_app(fake: Fake) -> Starlette:
             assert job.final is not None
             job.view = job.final
             status, chunks = job.view.status.value, []
-        return JSONResponse({"id": job.view.id, "status": status, "stream": [{"output": c} for c in chunks]})
+        return JSONResponse({"id": job.view.id, "status": status, "stream": chunks})
 
     async def get_job(request: Request) -> Response:
         if (denied := await record(request)) is not None:

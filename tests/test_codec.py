@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import pickle
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from flashpoint import codec
-from flashpoint.codec import PICKLE_KEY, decode_call, decode_value, encode_call, encode_value, is_json
+from flashpoint.codec import PICKLE_KEY, decode_call, decode_output, encode_call, encode_output, is_json
 
 
 @dataclass(frozen=True)
@@ -150,9 +152,10 @@ def test_decode_call_returns_a_copy_of_plain_input() -> None:
 @pytest.mark.parametrize("value", JSON_VALUES.values(), ids=JSON_VALUES.keys())
 @pytest.mark.parametrize("binary_ok", [True, False])
 def test_json_output_is_sent_as_is(value: Any, binary_ok: bool) -> None:
-    encoded = encode_value(value, binary_ok=binary_ok)
-    assert encoded == value
-    assert decode_value(encoded) == value
+    encoded = encode_output(value, binary_ok=binary_ok)
+    assert encoded == {"output": value}
+    assert not codec.is_binary(encoded)
+    assert decode_output(encoded["output"], binary=False) == value
 
 
 @pytest.mark.parametrize(
@@ -160,15 +163,19 @@ def test_json_output_is_sent_as_is(value: Any, binary_ok: bool) -> None:
     [(1, 2), b"bytes", {1: "a"}, Point(1, 2), {"nested": [(1,), {2: b"x"}]}, {1, 2}],
     ids=["tuple", "bytes", "int-key", "object", "nested", "set"],
 )
-def test_non_json_output_round_trips_for_binary_callers(value: Any) -> None:
-    encoded = encode_value(value, binary_ok=True)
+def test_non_json_output_round_trips_for_binary_callers_marked_out_of_band(value: Any) -> None:
+    encoded = encode_output(value, binary_ok=True)
 
-    assert list(encoded) == [PICKLE_KEY]
+    assert set(encoded) == {"output", codec.ENCODING_KEY}
+    assert encoded[codec.ENCODING_KEY] == "cloudpickle-base64"
+    assert isinstance(encoded["output"], str)
     json.dumps(encoded)
-    decoded = decode_value(encoded)
+    assert codec.is_binary(encoded)
+    decoded = decode_output(encoded["output"], binary=True)
     assert decoded == value
     assert type(decoded) is type(value)
     assert repr(decoded) == repr(value)
+    assert codec.decode_chunk(encoded) == value
 
 
 @pytest.mark.parametrize(
@@ -176,7 +183,7 @@ def test_non_json_output_round_trips_for_binary_callers(value: Any) -> None:
 )
 def test_non_json_output_for_json_callers_raises_with_advice(value: Any) -> None:
     with pytest.raises(TypeError) as info:
-        encode_value(value, binary_ok=False)
+        encode_output(value, binary_ok=False)
 
     message = str(info.value)
     assert f"the output ({type(value).__name__}) cannot be carried as JSON" in message
@@ -184,17 +191,79 @@ def test_non_json_output_for_json_callers_raises_with_advice(value: Any) -> None
     assert "flashpoint SDK" in message
 
 
+class _Bomb:
+    """Unpickling this runs code: it appends to a list (the test's witness)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HITS.append, ("unpickled",))
+
+
+HITS: list[str] = []
+
+
 @pytest.mark.parametrize(
     "value",
     [
+        {PICKLE_KEY: "only-key"},
+        {"data": {PICKLE_KEY: "nested"}},
         {PICKLE_KEY: "not-the-only-key", "other": 1},
-        {"data": {PICKLE_KEY: "nested is left alone"}},
         {"__flashpoint_pickle": "close but different"},
     ],
-    ids=["extra-key", "nested", "near-miss"],
+    ids=["only-key", "nested", "extra-key", "near-miss"],
 )
-def test_decode_value_leaves_other_dicts_alone(value: Any) -> None:
-    assert decode_value(value) == value
+def test_an_output_that_looks_like_an_envelope_is_just_data(value: Any) -> None:
+    assert decode_output(value, binary=False) == value
+    assert codec.decode_chunk({"output": value}) == value
+
+
+def test_data_shaped_like_the_old_in_band_envelope_never_runs_code() -> None:
+    bomb = base64.b64encode(pickle.dumps(_Bomb())).decode()
+    HITS.clear()
+    assert decode_output({PICKLE_KEY: bomb}, binary=False) == {PICKLE_KEY: bomb}
+    assert codec.decode_chunk({"output": {PICKLE_KEY: bomb}}) == {PICKLE_KEY: bomb}
+    # a chunk's encoding only counts beside a string output: a caller's dict output is never unpickled
+    assert codec.decode_chunk({"output": {PICKLE_KEY: bomb}, codec.ENCODING_KEY: "cloudpickle-base64"}) == {
+        PICKLE_KEY: bomb
+    }
+    assert HITS == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["\ud800", {"k\udfff": ["x\ud83d"]}, "plain é ✓", ["😀 astral"]],
+    ids=["lone-high", "lone-low-in-key", "plain", "astral"],
+)
+def test_json_bytes_keeps_lone_surrogates_as_escapes(value: Any) -> None:
+    encoded = codec.json_bytes(value)
+    assert json.loads(encoded) == value
+    encoded.decode("utf-8")  # always valid UTF-8
+
+
+def test_json_bytes_writes_utf8_when_it_can() -> None:
+    assert codec.json_bytes({"s": "é"}) == '{"s": "é"}'.encode()
+
+
+@pytest.mark.parametrize("depth", [1, 50, 128])
+def test_loads_bounded_takes_nesting_up_to_the_limit(depth: int) -> None:
+    raw = ("[" * depth + "]" * depth).encode()
+    assert codec.loads_bounded(raw) is not None
+
+
+@pytest.mark.parametrize("depth", [129, 1_000, 100_000])
+def test_loads_bounded_refuses_deeper_nesting_with_a_value_error(depth: int) -> None:
+    raw = ('{"a":' * depth + "1" + "}" * depth).encode()
+    with pytest.raises(codec.JSONTooDeepError, match="nested deeper than 128 levels"):
+        codec.loads_bounded(raw)
+
+
+def test_loads_bounded_counts_brackets_in_strings_without_refusing_them() -> None:
+    raw = json.dumps({"s": "[" * 10_000}).encode()
+    assert codec.loads_bounded(raw) == {"s": "[" * 10_000}
+
+
+def test_loads_bounded_refuses_invalid_utf8() -> None:
+    with pytest.raises(UnicodeDecodeError):
+        codec.loads_bounded(b'{"s": "\xff"}')
 
 
 def test_pickle_key_is_the_documented_one() -> None:

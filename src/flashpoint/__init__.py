@@ -22,6 +22,7 @@ from flashpoint.errors import (
     JobFailedError,
     JobTimeoutError,
     NotFoundError,
+    QueueFullError,
     StoreError,
     UnknownGPUError,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "JobFailedError",
     "JobTimeoutError",
     "NotFoundError",
+    "QueueFullError",
     "StoreError",
     "UnknownGPUError",
 ]

@@ -34,6 +34,7 @@ from flashpoint.errors import (
     JobTimeoutError,
     NotFoundError,
     NotReadyError,
+    QueueFullError,
     StoreError,
     UnknownGPUError,
 )
@@ -58,6 +59,7 @@ ERRORS_BY_CODE: dict[str, type[Error]] = {
         JobTimeoutError,
         BackendError,
         NotReadyError,
+        QueueFullError,
         StoreError,
     )
 }
@@ -294,7 +296,7 @@ class HTTPConnection:
             data = await self._request("GET", path, params={"wait": str(STREAM_HOLD_MS)}, hold_s=hold)
             chunks = data.get("stream") or []
             for chunk in chunks:
-                yield codec.decode_value(chunk.get("output"))
+                yield codec.decode_chunk(chunk)
             status = JobStatus(data["status"])
             if status.terminal and not chunks:
                 break

@@ -1,22 +1,30 @@
-"""How call arguments and outputs travel: plain JSON when JSON can carry them, else a documented binary envelope.
+"""How call arguments and outputs travel: plain JSON when JSON can carry them, else a documented binary encoding.
 
 A job's input is a JSON object of keyword arguments (``{"data": {...}}`` for ``infer(data)``). Values JSON cannot
 carry exactly (tuples, bytes, numpy arrays, objects, non-string keys, NaN) travel instead as::
 
     {"__flashpoint_pickle__": "<base64 of cloudpickle.dumps({"args": [...], "kwargs": {...}})>"}
 
-Outputs use the same envelope with the pickled value, and only for callers that said they accept it (the SDK);
-HTTP callers get JSON or a clear error. Pickles are only ever read from the control plane you started or were
-given a key for: never unpickle data from a party you do not trust.
+An HTTP server refuses that input unless it runs with ``--allow-pickle`` (unpickling runs code).
+
+Outputs are never marked in band, since an output may hold anything a caller sent. A worker whose job accepts
+binary output (the SDK's jobs say ``binary_ok``) and whose value is not JSON sends the base64 of the pickle as the
+output and says so beside it, out of band: ``{"output": "<base64>", "outputEncoding": "cloudpickle-base64"}``. The
+control plane keeps that mark only for a job that accepted it, and callers decode an output only when the job's
+record carries the mark: a JSON output that looks like an envelope is just data.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import math
 from typing import Any
 
 PICKLE_KEY = "__flashpoint_pickle__"
+#: beside a result's (or a stream chunk's) ``output``: how it is encoded, when it is not plain JSON
+ENCODING_KEY = "outputEncoding"
+BINARY_ENCODING = "cloudpickle-base64"
 
 
 def is_json(value: Any) -> bool:
@@ -63,19 +71,80 @@ def decode_call(payload: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (), dict(payload)
 
 
-def encode_value(value: Any, *, binary_ok: bool) -> Any:
-    """An output as JSON, or as the envelope when the caller accepts it. Raises TypeError otherwise."""
+def encode_output(value: Any, *, binary_ok: bool) -> dict[str, Any]:
+    """An output as the fields of a result body: ``{"output": value}`` when JSON can carry it, else the base64 pickle
+    with its encoding beside it when the caller accepts that. Raises TypeError otherwise."""
     if is_json(value):
-        return value
+        return {"output": value}
     if binary_ok:
-        return {PICKLE_KEY: _dumps(value)}
+        return {"output": _dumps(value), ENCODING_KEY: BINARY_ENCODING}
     raise TypeError(
         f"the output ({type(value).__name__}) cannot be carried as JSON; return dicts, lists, strings, numbers, "
         "booleans or None (or call the endpoint through the flashpoint SDK, which accepts any picklable value)"
     )
 
 
-def decode_value(value: Any) -> Any:
-    if isinstance(value, dict) and len(value) == 1 and PICKLE_KEY in value:
-        return _loads(value[PICKLE_KEY])
+def is_binary(fields: Any) -> bool:
+    """True when a result body (or a stream chunk) says its output is a base64 pickle."""
+    return isinstance(fields, dict) and fields.get(ENCODING_KEY) == BINARY_ENCODING
+
+
+def decode_output(value: Any, *, binary: bool) -> Any:
+    """An output as the caller gets it: unpickled only when the job's record marks it binary (out of band)."""
+    if binary and isinstance(value, str):
+        return _loads(value)
     return value
+
+
+def decode_chunk(chunk: Any) -> Any:
+    """One streamed chunk, ``{"output": value}`` with an optional encoding beside it, as the caller gets it."""
+    if not isinstance(chunk, dict):
+        return chunk
+    return decode_output(chunk.get("output"), binary=is_binary(chunk))
+
+
+def json_bytes(value: Any) -> bytes:
+    """UTF-8 JSON of ``value``. Lone UTF-16 surrogates (valid in JSON text, not in UTF-8) are kept as ``\\ud800``
+    escapes, so every text a caller or a handler produced survives the trip."""
+    try:
+        return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value).encode("ascii")
+
+
+#: the deepest nesting of arrays and objects a request body may have
+MAX_JSON_DEPTH = 128
+
+
+class JSONTooDeepError(ValueError):
+    """A JSON text nested deeper than MAX_JSON_DEPTH."""
+
+
+def loads_bounded(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` for untrusted bytes: UTF-8 only, and nested at most ``max_depth`` deep (ValueError otherwise).
+
+    Parsing deep nesting costs recursion (Python stops near 1,000 levels with RecursionError) and so does every later
+    encoding of the value; the limit keeps both far away. Counting brackets is C-speed; the exact walk runs only
+    when there are enough of them to matter.
+    """
+    text = raw.decode("utf-8")
+    if raw.count(b"[") + raw.count(b"{") > max_depth:
+        try:
+            value = json.loads(text)
+        except RecursionError:
+            raise JSONTooDeepError(f"JSON nested deeper than {max_depth} levels") from None
+        if _depth_exceeds(value, max_depth):
+            raise JSONTooDeepError(f"JSON nested deeper than {max_depth} levels")
+        return value
+    return json.loads(text)
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False

@@ -7,6 +7,7 @@
     ├─ NotFoundError             unknown job, endpoint or worker id
     ├─ InvalidTransitionError    a job status move that TRANSITIONS forbids
     ├─ BadInputError             an HTTP request the API cannot accept (its ``code`` says which check failed)
+    ├─ QueueFullError            the plane holds as many queued jobs (or bytes of input) as it may: retry later
     ├─ JobFailedError            raised by ``await fn(...)``/``job.wait()``; remote type, message, traceback
     │  ├─ JobCancelledError      the job was cancelled
     │  └─ JobTimeoutError        the job ended TIMED_OUT
@@ -125,6 +126,12 @@ class BadInputError(Error):
         super().__init__(message)
         if code is not None:
             self.code = code  # type: ignore[misc]
+
+
+class QueueFullError(Error):
+    """The control plane already holds as many queued jobs, or as many bytes of queued input, as it may."""
+
+    code = "queue_full"
 
 
 class BackendError(Error):

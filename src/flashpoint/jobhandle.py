@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def job_result(view: JobView) -> Any:
     if view.status is JobStatus.COMPLETED:
-        return codec.decode_value(view.output)
+        return codec.decode_output(view.output, binary=view.output_binary)
     raise job_failure(view)
 
 
@@ -63,7 +63,7 @@ class JobHandle:
     def output(self) -> Any:
         """The output once COMPLETED (after ``wait()`` or ``status()``), else None."""
         if self._view.status is JobStatus.COMPLETED:
-            return codec.decode_value(self._view.output)
+            return codec.decode_output(self._view.output, binary=self._view.output_binary)
         return None
 
     @property

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from flashpoint import codec
 from flashpoint.errors import InvalidTransitionError
 
 
@@ -63,6 +64,8 @@ class Reason(str, Enum):
     DEPENDENCY_MISSING = "dependency_missing"
     #: the output could not be encoded for the caller
     OUTPUT_NOT_SERIALIZABLE = "output_not_serializable"
+    #: the output was larger than the control plane takes from a worker (``max_result_bytes``)
+    OUTPUT_TOO_LARGE = "output_too_large"
     #: ran longer than the execution timeout
     EXECUTION_TIMEOUT = "execution_timeout"
     #: waited in the queue longer than its TTL
@@ -141,6 +144,9 @@ class Job:
     worker_id: str | None = None
     placement: Placement | None = None
     output: Any = None
+    #: the output is a base64 pickle (``codec.BINARY_ENCODING``): set only from a worker's result, for a job that
+    #: accepted binary output; callers unpickle an output only when this says so
+    output_binary: bool = False
     error: JobError | None = None
     #: how many times the job went back to the queue because its worker was lost
     retries: int = 0
@@ -148,7 +154,10 @@ class Job:
     #: lifetime from submit (Runpod's ``policy.ttl``): queued past it -> TIMED_OUT; any job is deleted at it
     ttl_ms: int = DEFAULT_TTL_MS
     logs: list[str] = field(default_factory=list)
-    #: streamed chunks not yet read through ``/stream`` (a destructive read)
+    #: bytes of the input's JSON (for the plane's queue cap): an accounting hint, not part of the record's value
+    size: int = field(default=0, compare=False)
+    #: streamed chunks not yet read through ``/stream`` (a destructive read): ``{"output": value}``, with
+    #: ``codec.ENCODING_KEY`` beside it for a binary chunk
     stream: list[Any] = field(default_factory=list)
 
     @property
@@ -178,6 +187,7 @@ class Job:
             status=self.status,
             reason=self.reason,
             output=self.output,
+            output_binary=self.output_binary,
             error=self.error,
             delay_time_ms=self.delay_time_ms,
             execution_time_ms=self.execution_time_ms,
@@ -209,6 +219,8 @@ class JobView:
     logs: tuple[str, ...] = ()
     #: where to POST the final state (Runpod's ``webhook``); not part of the state object itself
     webhook: str | None = None
+    #: the output is a base64 pickle (see ``Job.output_binary``)
+    output_binary: bool = False
 
     @classmethod
     def queued(cls, job_id: str, endpoint: str, created_at: float = 0.0) -> JobView:
@@ -236,6 +248,7 @@ class JobView:
             "status": self.status.value,
             "reason": self.reason.value if self.reason else None,
             "output": self.output,
+            codec.ENCODING_KEY: codec.BINARY_ENCODING if self.output_binary else None,
             "error": self.error.to_json() if self.error else None,
             "delayTime": self.delay_time_ms,
             "executionTime": self.execution_time_ms,
@@ -255,6 +268,7 @@ class JobView:
             status=JobStatus(data["status"]),
             reason=Reason(data["reason"]) if data.get("reason") else None,
             output=data.get("output"),
+            output_binary=data.get(codec.ENCODING_KEY) == codec.BINARY_ENCODING,
             error=JobError(error["type"], error["message"], error.get("traceback", "")) if error else None,
             delay_time_ms=data.get("delayTime"),
             execution_time_ms=data.get("executionTime"),
@@ -280,6 +294,8 @@ class JobView:
             body["workerId"] = self.worker_id
         if self.output is not None:
             body["output"] = self.output
+            if self.output_binary:
+                body[codec.ENCODING_KEY] = codec.BINARY_ENCODING
         if self.error is not None:
             body["error"] = self.error.message if not self.error.traceback else _runpod_error(self.error)
         if self.reason is not None:

@@ -139,11 +139,10 @@ class EmbeddedPlane:
 
         self._stop = asyncio.Event()
         backend, worker_env, parent_pid = open_backend(self.settings, self.settings.simulated_gpus)
-        worker_key = secrets.token_urlsafe(24)
         self.plane = ControlPlane(
             MemoryJobStore(),
             backend,
-            worker_key=worker_key,
+            worker_secret=secrets.token_urlsafe(32),
             take_hold_s=self.settings.take_hold_s,
             worker_env=worker_env,
             parent_pid=parent_pid,
@@ -295,7 +294,7 @@ class EmbeddedPlane:
             read = asyncio.run_coroutine_threadsafe(self.plane.read_stream(view.id, 25.0), self.loop)
             state, chunks = await asyncio.wrap_future(read)
             for chunk in chunks:
-                yield codec.decode_value(chunk)
+                yield codec.decode_chunk(chunk)
             if state.status.terminal and not chunks:
                 if state.status is not JobStatus.COMPLETED:
                     raise job_failure(state)
@@ -478,7 +477,7 @@ class Server:
         plane = ControlPlane(
             store,
             backend,
-            worker_key=secrets.token_urlsafe(24),
+            worker_secret=secrets.token_urlsafe(32),
             take_hold_s=self.settings.take_hold_s,
             worker_env=worker_env,
             parent_pid=parent_pid,

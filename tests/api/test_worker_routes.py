@@ -32,7 +32,7 @@ async def _setup(make_plane: Any, hold_s: str = "0.3") -> tuple[EmbeddedPlane, A
         plane.plane.endpoints["proto"].workers[worker.id] = worker
 
     plane.run_sync(add_worker())
-    return plane, proto, {"Authorization": plane.plane.worker_key}
+    return plane, proto, {"Authorization": plane.plane.worker_credential("proto", "w-test")}
 
 
 def _url(plane: EmbeddedPlane, route: str) -> str:

@@ -94,14 +94,14 @@ def test_opens_in_wal_mode_with_normal_sync_and_busy_timeout(open_db: Callable[.
     assert conn.execute("pragma busy_timeout").fetchone()[0] == 2500
 
 
-def test_creates_parent_directories_and_schema_version_1(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
+def test_creates_parent_directories_and_schema_version_2(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     assert not db.parent.exists()
     open_db()
     assert db.is_file()
-    assert SCHEMA_VERSION == 1
-    assert raw(db, "pragma user_version") == 1
+    assert SCHEMA_VERSION == 2
+    assert raw(db, "pragma user_version") == 2
     columns = raw(db, "select group_concat(name) from pragma_table_info('jobs')")
-    assert columns == "seq,id,endpoint,status,created_at,expires_at,data"
+    assert columns == "seq,id,endpoint,status,created_at,expires_at,data,input"
     indexes = raw(db, "select group_concat(name) from pragma_index_list('jobs')")
     assert {"jobs_status", "jobs_endpoint_status", "jobs_expires_at"} <= set(indexes.split(","))
 
@@ -109,14 +109,14 @@ def test_creates_parent_directories_and_schema_version_1(open_db: Callable[..., 
 def test_reopening_keeps_the_schema_version(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     open_db().close()
     open_db().close()
-    assert raw(db, "pragma user_version") == 1
+    assert raw(db, "pragma user_version") == 2
 
 
 def test_a_file_from_a_newer_version_is_refused(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     open_db().close()
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.execute("pragma user_version = 99")
-    with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(1\)"):
+    with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(2\)"):
         open_db()
 
 
@@ -124,9 +124,13 @@ def test_every_job_field_has_a_place_in_the_row() -> None:
     # Given a job added to Job later: this fails until _to_row/_from_row learn it
     job = full_job(1)
     row = _to_row(job)
-    stored = set(COLUMNS) | set(json.loads(row[-1]))
+    input_text = json.dumps(job.input)
+    # the input has its own column, and a job's size is that column's length
+    stored = set(COLUMNS) | set(json.loads(row[-1])) | {"input", "size"}
     assert stored == {field.name for field in dataclasses.fields(Job)} | {"expires_at"}
-    assert _from_row((row[0], row[1], row[2], row[3], row[5])) == job
+    assert _from_row((row[0], row[1], row[2], row[3], row[5], input_text)) == dataclasses.replace(
+        job, size=len(input_text)
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------

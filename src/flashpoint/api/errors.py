@@ -19,6 +19,7 @@ log = logging.getLogger("flashpoint.api")
 STATUS: dict[type[errors.Error], int] = {
     errors.NotFoundError: 404,
     errors.BadInputError: 400,
+    errors.QueueFullError: 429,
     errors.InvalidTransitionError: 409,
     errors.InvalidEndpointError: 400,
     errors.ConfigError: 400,

@@ -7,7 +7,6 @@ response is JSON (errors too), ``runsync`` holds then falls back to ``{"id", "st
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +54,9 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
     plane.endpoint(endpoint)  # 404 before anything else
     raw = await request.body()
     try:
-        data = json.loads(raw.decode("utf-8")) if raw else None
+        data = codec.loads_bounded(raw) if raw else None
+    except codec.JSONTooDeepError as exc:
+        raise BadInputError(f"the body is {exc}; send flatter input", code="bad_json") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadInputError(
             f'the body is not valid UTF-8 JSON ({exc}); send {{"input": {{...}}}}', code="bad_json"
@@ -88,7 +89,7 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
     extra = {key: data[key] for key in PASSTHROUGH if key in data}
     if meta is not None:
         extra["flashpoint"] = {k: meta[k] for k in ("binary_ok", "init") if k in meta}
-    return plane.submit(endpoint, payload, extra, execution_timeout_ms=execution_ms, ttl_ms=ttl_ms)
+    return plane.submit(endpoint, payload, extra, execution_timeout_ms=execution_ms, ttl_ms=ttl_ms, size=len(raw))
 
 
 def _has_pickle(payload: Any, meta: dict[str, Any] | None) -> bool:
@@ -167,7 +168,8 @@ async def _stream(request: Request, plane: ControlPlane, endpoint: str, intake: 
     wait = _query_ms(request, "wait", 0, 0, 60_000)  # flashpoint's extension: hold for a chunk up to this long
     job = _own_job(plane, endpoint, request.path_params["job_id"])
     view, chunks = await plane.read_stream(job.id, wait / 1000)
-    return json_response({"id": view.id, "status": view.status.value, "stream": [{"output": c} for c in chunks]})
+    # each chunk is {"output": ...}, with its encoding beside it when a worker sent it binary to an SDK caller
+    return json_response({"id": view.id, "status": view.status.value, "stream": chunks})
 
 
 async def _cancel(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -137,6 +137,9 @@ class JobSummary(Schema):
     status: JobStatus
     reason: Reason | None
     output: Any = Field(description="the handler's output (any JSON)")
+    output_encoding: Literal["cloudpickle-base64"] | None = Field(
+        description="set when the output is a base64 pickle (only for jobs submitted by the flashpoint SDK)"
+    )
     error: JobError | None
     delay_time: int | None = Field(description="ms from submit to start")
     execution_time: int | None = Field(description="ms from start to end")

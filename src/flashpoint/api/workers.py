@@ -1,24 +1,30 @@
 """The Runpod worker protocol's routes (runpod-protocol.md §3): job-take, job-take-batch, job-stop, job-done,
 job-stream, ping; plus job-done-batch, flashpoint's own worker's way to post several results and take its next jobs in
-one exchange. Plain Starlette routes: these are the hot path of every job."""
+one exchange. Plain Starlette routes: these are the hot path of every job.
+
+Each request must carry the key of the worker its path names (``ControlPlane.worker_credential``: bound to that
+worker id and endpoint), so one endpoint's code can neither take another's jobs nor post for another worker. Bodies
+are read up to the plane's ``max_result_bytes`` and parsed with a nesting bound.
+"""
 
 from __future__ import annotations
 
 import hmac
-import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from flashpoint import codec
 from flashpoint.scheduler.loop import ControlPlane
 
 _EMPTY = Response(status_code=204)
 
 
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, ensure_ascii=False), status_code=status, media_type="application/json")
+    """JSON that keeps every text, lone surrogates included (see ``codec.json_bytes``)."""
+    return Response(codec.json_bytes(body), status_code=status, media_type="application/json")
 
 
 def error_response(status: int, code: str, message: str) -> Response:
@@ -37,13 +43,41 @@ def key_matches(header: str | None, keys: tuple[str, ...]) -> bool:
     return matched
 
 
+class _TooLarge(Exception):
+    pass
+
+
+async def read_limited(request: Request, limit: int) -> bytes:
+    """The request body, refused past ``limit`` bytes (by Content-Length, or while it streams in)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise _TooLarge
+    chunks: list[bytes] = []
+    seen = 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def worker_routes(plane: ControlPlane) -> list[Route]:
-    keys = (plane.worker_key,)
+    limit = plane.max_result_bytes
 
     def denied(request: Request) -> Response | None:
-        if key_matches(request.headers.get("authorization"), keys):
+        p = request.path_params
+        key = plane.worker_credential(p["endpoint"], p["worker"])
+        if key_matches(request.headers.get("authorization"), (key,)):
             return None
-        return error_response(401, "unauthorized", "worker routes need the worker key in Authorization")
+        return error_response(
+            401, "unauthorized", "worker routes need the worker's own key (RUNPOD_AI_API_KEY) in Authorization"
+        )
+
+    def too_large() -> Response:
+        return error_response(
+            413, "payload_too_large", f"a worker's post may hold at most {limit} bytes; post the results one at a time"
+        )
 
     async def take(request: Request) -> Response:
         if (bad := denied(request)) is not None:
@@ -72,8 +106,8 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
 
     async def read_json(request: Request) -> Any:
         # Runpod workers send JSON labelled application/x-www-form-urlencoded: parse the raw body whatever the type
-        raw = await request.body()
-        return json.loads(raw.decode("utf-8")) if raw else {}
+        raw = await read_limited(request, limit)
+        return codec.loads_bounded(raw) if raw else {}
 
     async def done(request: Request) -> Response:
         if (bad := denied(request)) is not None:
@@ -81,6 +115,10 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         p = request.path_params
         try:
             body = await read_json(request)
+        except _TooLarge:
+            # the job cannot complete with this output: it fails now, rather than wait for a retry that cannot work
+            plane.output_too_large(p["endpoint"], p["worker"], p["job"], limit)
+            return too_large()
         except (ValueError, UnicodeDecodeError) as exc:
             return error_response(400, "bad_json", f"job-done body must be UTF-8 JSON: {exc}")
         plane.done(p["endpoint"], p["worker"], p["job"], body)
@@ -95,6 +133,8 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         try:
             body = await read_json(request)
             take = max(0, min(int(request.query_params.get("take", "0")), 1000))
+        except _TooLarge:
+            return too_large()
         except (ValueError, UnicodeDecodeError) as exc:
             return error_response(400, "bad_json", f"job-done-batch needs a JSON list and an integer take: {exc}")
         if not isinstance(body, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in body):
@@ -108,6 +148,8 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         p = request.path_params
         try:
             body = await read_json(request)
+        except _TooLarge:
+            return too_large()
         except (ValueError, UnicodeDecodeError) as exc:
             return error_response(400, "bad_json", f"job-stream body must be UTF-8 JSON: {exc}")
         plane.stream(p["endpoint"], p["worker"], p["job"], body)
@@ -116,7 +158,9 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
     async def ping(request: Request) -> Response:
         if (bad := denied(request)) is not None:
             return bad
-        plane.ping(request.path_params["endpoint"], request.path_params["worker"])
+        # Runpod's heartbeat names the jobs in progress in job_id (omitted when idle): the watchdog's evidence
+        named = request.query_params.get("job_id", "") if request.scope["query_string"] else ""
+        plane.ping(request.path_params["endpoint"], request.path_params["worker"], [j for j in named.split(",") if j])
         return json_response({})
 
     prefix = "/v2/{endpoint}"

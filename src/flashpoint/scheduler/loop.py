@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import secrets
 import sys
 import time
@@ -21,11 +22,21 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
+from flashpoint import codec
 from flashpoint.backends.base import Backend, Launch
-from flashpoint.errors import BackendError, InvalidEndpointError, InvalidTransitionError, NotFoundError, NotReadyError
+from flashpoint.errors import (
+    BackendError,
+    InvalidEndpointError,
+    InvalidTransitionError,
+    NotFoundError,
+    NotReadyError,
+    QueueFullError,
+)
 from flashpoint.explain import Code, Explanation, Reason as WaitReason
 from flashpoint.gpus import describe
 from flashpoint.jobs import DEFAULT_TTL_MS, Job, JobError, JobStatus, JobView, Placement, Reason
+from flashpoint.scheduler.credentials import worker_credential
+from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.inventory import Device, Holder, Inventory, fleet_summary
 from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
 from flashpoint.spec import EndpointSpec, ServerlessScalerType, WorkerTarget
@@ -46,6 +57,10 @@ MAX_JOB_LOG_LINES = 1000
 SET_ASIDE_S = 60.0
 #: what explanations name as the holder of devices set aside
 SET_ASIDE = "(set aside: a worker placed there was not ready in time)"
+#: the longest pause before starting again after a starting worker was killed from outside (not a failed start)
+LOST_START_BACKOFF_MAX_S = 5.0
+#: job ids are ours: 24 hex characters and "-fp"; anything else names no job (and never reaches the store)
+_JOB_ID = re.compile(r"[0-9a-f]{24}-fp")
 
 
 _REASON_TEXT = {
@@ -88,6 +103,8 @@ class Worker:
     #: the device ids the backend reports the worker really got, when it numbers them itself (Ray); else the ledger's
     device_ids: tuple[int, ...] | None = None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    #: jobs it holds that its pings stopped naming, with when that began (the watchdog's evidence)
+    unnamed: dict[str, float] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -129,6 +146,8 @@ class EndpointState:
     waiting: tuple[WaitReason, ...] = ()
     never: NoFit | None = None
     start_failures: int = 0
+    #: starting workers killed from outside in a row (an OOM kill, an operator's kill): they delay, never fail, jobs
+    start_losses: int = 0
     next_start_at: float = 0.0
     last_start_error: str = ""
     worker_seq: int = 0
@@ -146,7 +165,7 @@ class ControlPlane:
         store: JobStore,
         backend: Backend,
         *,
-        worker_key: str,
+        worker_secret: str,
         tick_s: float = 0.1,
         take_hold_s: float = 20.0,
         stop_grace_s: float = 5.0,
@@ -155,10 +174,27 @@ class ControlPlane:
         parent_pid: int | None = None,
         node: str = "local",
         requeue_on_close: bool = False,
+        ping_interval_s: float = 10.0,
+        lost_job_grace_s: float | None = None,
+        max_result_bytes: int = 32 * 1024 * 1024,
+        max_queued_jobs: int = 100_000,
+        max_queued_bytes: int = 1024 * 1024 * 1024,
     ) -> None:
         self.store = store
         self.backend = backend
-        self.worker_key = worker_key
+        #: never handed out: each worker gets its own credential derived from it (``worker_credential``)
+        self._worker_secret = worker_secret.encode()
+        #: workers ping this often (Runpod's RUNPOD_PING_INTERVAL; at least 1 s, or Runpod's heartbeat dies)
+        self.ping_interval_s = max(1.0, ping_interval_s)
+        #: how long a worker's pings may leave out a job it holds before the worker counts as lost
+        self.lost_job_grace_s = 3 * self.ping_interval_s if lost_job_grace_s is None else lost_job_grace_s
+        #: the largest result body a worker may post (the worker routes refuse more; workers keep under it)
+        self.max_result_bytes = max_result_bytes
+        self.max_queued_jobs = max_queued_jobs
+        self.max_queued_bytes = max_queued_bytes
+        #: jobs waiting in every queue, and the bytes of their input's JSON (as received over HTTP)
+        self.queued_jobs = 0
+        self.queued_bytes = 0
         self.tick_s = tick_s
         self.take_hold_s = take_hold_s
         self.stop_grace_s = stop_grace_s
@@ -296,6 +332,10 @@ class ControlPlane:
     def fleet_summary(self) -> str:
         return fleet_summary(self.devices)
 
+    def worker_credential(self, endpoint: str, worker_id: str) -> str:
+        """The key of one worker: it opens the worker routes of that endpoint for that worker id only."""
+        return worker_credential(self._worker_secret, endpoint, worker_id)
+
     def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
         models = sorted({d.model_name for d in self.devices})
         hint = (
@@ -320,7 +360,7 @@ class ControlPlane:
             ) from None
 
     def job(self, job_id: str) -> Job:
-        job = self.store.get(job_id)
+        job = self.store.get(job_id) if _JOB_ID.fullmatch(job_id) else None
         if job is None:
             raise NotFoundError(f"no job with id {job_id!r}")
         return job
@@ -333,8 +373,16 @@ class ControlPlane:
         *,
         execution_timeout_ms: int | None = None,
         ttl_ms: int | None = None,
+        size: int = 0,
     ) -> Job:
+        """Queue a job; ``size`` is its input's size in bytes when known (HTTP), for the queue's byte cap."""
         ep = self.endpoint(endpoint)
+        if self.queued_jobs >= self.max_queued_jobs or self.queued_bytes + size > self.max_queued_bytes:
+            raise QueueFullError(
+                f"the control plane holds {self.queued_jobs} queued job(s) with {self.queued_bytes} bytes of input, "
+                f"at its limit of {self.max_queued_jobs} jobs and {self.max_queued_bytes} bytes; retry later, "
+                "or raise the limit (flashpoint serve --max-queued-jobs / --max-queued-mb)"
+            )
         job = Job(
             id=f"{secrets.token_hex(12)}-fp",
             endpoint=endpoint,
@@ -342,6 +390,7 @@ class ControlPlane:
             extra=dict(extra or {}),
             execution_timeout_ms=ep.spec.execution_timeout_ms if execution_timeout_ms is None else execution_timeout_ms,
             ttl_ms=DEFAULT_TTL_MS if ttl_ms is None else ttl_ms,
+            size=size,
         )
         self.store.add(job)
         self._commit_soon()
@@ -353,10 +402,16 @@ class ControlPlane:
             ep.queue.appendleft(job.id)
         else:
             ep.queue.append(job.id)
-        ep.queued += 1
+        self._queued(ep, job, +1)
         self._dispatch(ep)
         if ep.queued:
             self.kick()
+
+    def _queued(self, ep: EndpointState, job: Job, change: int) -> None:
+        """Count a job into (+1) or out of (-1) its endpoint's queue and the plane's totals."""
+        ep.queued += change
+        self.queued_jobs += change
+        self.queued_bytes += change * job.size
 
     def on_finish(self, job_id: str, callback: Callable[[JobView], None]) -> Callable[[], None]:
         """Call ``callback(view)`` once the job is terminal (now, if it already is); returns an unsubscribe."""
@@ -403,7 +458,7 @@ class ControlPlane:
         if job.status is JobStatus.IN_QUEUE:
             owner = self.endpoints.get(job.endpoint)
             if owner is not None:
-                owner.queued -= 1  # the id stays in the deque and is skipped when reached
+                self._queued(owner, job, -1)  # the id stays in the deque and is skipped when reached
             self._finish(job, status, reason)
         elif job.status is JobStatus.IN_PROGRESS:
             worker = self.workers.get(job.worker_id or "")
@@ -423,7 +478,8 @@ class ControlPlane:
             worker.state = WorkerState.IDLE
             worker.ever_ready = True
             worker.idle_since = time.monotonic()
-            self.endpoints[endpoint].start_failures = 0
+            ep = self.endpoints[endpoint]
+            ep.start_failures = ep.start_losses = 0
         return worker
 
     async def take(
@@ -460,7 +516,7 @@ class ControlPlane:
             job = self.store.get(ep.queue.popleft())
             if job is None or job.status is not JobStatus.IN_QUEUE:
                 continue
-            ep.queued -= 1
+            self._queued(ep, job, -1)
             self._assign(job, worker)
             jobs.append(job)
         return jobs
@@ -491,6 +547,7 @@ class ControlPlane:
         job.worker_id = worker.id
         job.placement = worker.placement()
         worker.jobs.add(job.id)
+        worker.unnamed.pop(job.id, None)
         worker.state = WorkerState.RUNNING
         self._save(job)
 
@@ -505,7 +562,7 @@ class ControlPlane:
         if job is not None and isinstance(body, dict) and job.worker_id == worker_id:
             if body.get("status") == "IN_PROGRESS":
                 if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
-                    job.output = body.get("output")
+                    job.output = body.get("output")  # progress is JSON: a binary mark is not kept for it
                     self._save(job)
                 return
             if job.status is JobStatus.IN_PROGRESS:
@@ -513,6 +570,16 @@ class ControlPlane:
         if worker is not None:
             worker.jobs.discard(job_id)
             self._after_job(worker, stop_pod=isinstance(body, dict) and bool(body.get("stopPod")))
+
+    def output_too_large(self, endpoint: str, worker_id: str, job_id: str, limit: int) -> None:
+        """A worker's result for its job was over ``limit`` bytes: the job fails now (reason ``output_too_large``),
+        rather than be retried with an output that can never be taken."""
+        message = (
+            f"the job's result was larger than the {limit} bytes a worker may post; return less (put large "
+            "results in storage and return a reference), or raise flashpoint serve --max-result-mb"
+        )
+        record = {"error_type": "OutputTooLarge", "error_message": message, "reason": Reason.OUTPUT_TOO_LARGE.value}
+        self.done(endpoint, worker_id, job_id, {"error": json.dumps(record)})
 
     async def done_batch(
         self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
@@ -533,8 +600,11 @@ class ControlPlane:
             job.output = body.get("output")
             job.error = parsed
             self._finish(job, JobStatus.FAILED, reason)
+        elif codec.is_binary(body) and not _binary_allowed(job, body.get("output")):
+            self._finish(job, JobStatus.FAILED, Reason.OUTPUT_NOT_SERIALIZABLE, _BINARY_REFUSED)
         else:
             job.output = body.get("output")
+            job.output_binary = codec.is_binary(body)
             self._finish(job, JobStatus.COMPLETED, Reason.COMPLETED)
 
     def _after_job(self, worker: Worker, *, stop_pod: bool = False) -> None:
@@ -552,9 +622,16 @@ class ControlPlane:
         self._worker(endpoint, worker_id)
         job = self.store.get(job_id)
         if job is not None and job.status is JobStatus.IN_PROGRESS and job.worker_id == worker_id:
-            if isinstance(body, dict):
-                job.stream.append(body.get("output"))
-                self._wake_stream(job.id)
+            if not isinstance(body, dict):
+                return
+            chunk = {"output": body.get("output")}
+            if codec.is_binary(body):
+                if not _binary_allowed(job, chunk["output"]):
+                    log.warning("job %s: %s; chunk dropped", job.id, _BINARY_REFUSED.message)
+                    return
+                chunk[codec.ENCODING_KEY] = codec.BINARY_ENCODING
+            job.stream.append(chunk)
+            self._wake_stream(job.id)
 
     def _wake_stream(self, job_id: str) -> None:
         for future in self._stream_waiters.pop(job_id, []):
@@ -589,7 +666,7 @@ class ControlPlane:
             )
         job.move(JobStatus.IN_QUEUE)
         job.reason = None
-        job.output, job.error = None, None
+        job.output, job.output_binary, job.error = None, False, None
         job.worker_id, job.placement = None, None
         job.started_at, job.finished_at = None, None
         job.stream = []
@@ -653,8 +730,17 @@ class ControlPlane:
         ids, worker.to_stop = worker.to_stop, []
         return ids
 
-    def ping(self, endpoint: str, worker_id: str) -> None:
-        self._worker(endpoint, worker_id)
+    def ping(self, endpoint: str, worker_id: str, job_ids: list[str] | None = None) -> None:
+        """A heartbeat; ``job_ids`` are the jobs the worker says it runs (Runpod's ping ``job_id``), when it says.
+
+        A job the worker holds but its pings stop naming was lost inside the worker (a wedged worker that keeps
+        pinging): past ``lost_job_grace_s`` the tick's watchdog counts the worker as lost.
+        """
+        worker = self._worker(endpoint, worker_id)
+        if worker is None or job_ids is None:
+            return
+        named, now = set(job_ids), time.monotonic()
+        worker.unnamed = {j: worker.unnamed.get(j, now) for j in worker.jobs if j not in named}
 
     def _signal_stop(self, worker: Worker, job_id: str) -> None:
         worker.to_stop.append(job_id)
@@ -812,8 +898,9 @@ class ControlPlane:
                     WaitReason(
                         spec.describe_gpu(),
                         Code.START_BACKOFF,
-                        f"{ep.start_failures} worker start(s) failed; next attempt in "
-                        f"{ep.next_start_at - now:.1f}s; last error: {ep.last_start_error or '?'}",
+                        f"{ep.start_failures} worker start(s) failed and {ep.start_losses} starting worker(s) were "
+                        f"killed from outside; next attempt in {ep.next_start_at - now:.1f}s; "
+                        f"last error: {ep.last_start_error or '?'}",
                     )
                 )
                 break
@@ -904,7 +991,7 @@ class ControlPlane:
             self._on_exit(worker.id, -1)
         except BackendError as exc:
             worker.stderr_tail.append(str(exc))
-            self._on_exit(worker.id, -1)
+            self._on_exit(worker.id, -1, failed=True)
 
     def _argv(self, ep: EndpointState) -> list[str]:
         target = ep.target
@@ -942,8 +1029,9 @@ class ControlPlane:
                 "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/v2/{name}/job-stream/$RUNPOD_POD_ID/$ID?gpu={gpu}",
                 "RUNPOD_WEBHOOK_PING": f"{base}/v2/{name}/ping/$RUNPOD_POD_ID?gpu={gpu}",
                 "RUNPOD_POD_ID": worker.id,
-                "RUNPOD_AI_API_KEY": self.worker_key,
-                "RUNPOD_PING_INTERVAL": "10000",
+                "RUNPOD_AI_API_KEY": self.worker_credential(name, worker.id),
+                "RUNPOD_PING_INTERVAL": str(int(self.ping_interval_s * 1000)),
+                "FLASHPOINT_MAX_RESULT_BYTES": str(self.max_result_bytes),
                 "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
             }
         )
@@ -967,16 +1055,23 @@ class ControlPlane:
                     self._save(job)
         worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
 
-    def _on_exit(self, worker_id: str, code: int) -> None:
+    def _on_exit(self, worker_id: str, code: int, *, failed: bool | None = None) -> None:
+        """A worker process ended. Before its first pull that is a failed start only if it ``failed`` by itself
+        (by default: judged from ``code``, see ``scheduler.exits``); a worker killed from outside is only lost."""
         worker = self.workers.get(worker_id)
         if worker is None:
             return
         expected = worker.state is WorkerState.STOPPING
-        self._forget(worker, f"worker {worker_id} exited with code {code}")
-        if not worker.ever_ready and not expected and not self._closing:
-            self._start_failed(self.endpoints[worker.endpoint], worker, code)
-        elif not expected:
-            log.warning("worker %s of %s exited unexpectedly with code %s", worker_id, worker.endpoint, code)
+        self._forget(worker, f"worker {worker_id} ended ({describe_exit(code)})")
+        if expected or self._closing:
+            return
+        ep = self.endpoints[worker.endpoint]
+        if worker.ever_ready:
+            log.warning("worker %s of %s ended unexpectedly (%s)", worker_id, worker.endpoint, describe_exit(code))
+        elif failed_by_itself(code) if failed is None else failed:
+            self._start_failed(ep, worker, code)
+        else:
+            self._start_lost(ep, worker, code)
 
     def _lose(self, worker: Worker, why: str) -> None:
         """A worker whose devices left the fleet: its jobs follow the retry rule now, and its process is ended."""
@@ -1055,9 +1150,23 @@ class ControlPlane:
             for job_id in list(ep.queue):
                 job = self.store.get(job_id)
                 if job is not None and job.status is JobStatus.IN_QUEUE:
-                    ep.queued -= 1
+                    self._queued(ep, job, -1)
                     self._finish(job, JobStatus.FAILED, Reason.WORKER_START_FAILED, error)
             ep.queue.clear()
+
+    def _start_lost(self, ep: EndpointState, worker: Worker, code: int) -> None:
+        """A starting worker killed from outside: not its handler's fault, so no failed start is counted and the
+        queued jobs wait for the next worker; a short back-off keeps a kill loop (say, OOM) from spinning."""
+        ep.start_losses += 1
+        delay = min(0.5 * 2 ** (ep.start_losses - 1), LOST_START_BACKOFF_MAX_S)
+        ep.next_start_at = max(ep.next_start_at, time.monotonic() + delay)
+        log.warning(
+            "worker %s of %s was %s before taking a job; starting another in %.1fs (not counted as a failed start)",
+            worker.id,
+            ep.spec.name,
+            describe_exit(code),
+            delay,
+        )
 
     def _mark_stopping(self, worker: Worker) -> None:
         worker.state = WorkerState.STOPPING
@@ -1100,6 +1209,7 @@ class ControlPlane:
             self._next_expiry_check = now + 1.0
             self._expire(wall)
         for ep in self.endpoints.values():
+            self._watch_workers(ep, now)
             for worker in list(ep.workers.values()):
                 for job_id in list(worker.jobs):
                     job = self.store.get(job_id)
@@ -1125,6 +1235,19 @@ class ControlPlane:
                     self._stop_worker(worker)
                     live.remove(worker)
         self.reconcile()
+
+    def _watch_workers(self, ep: EndpointState, now: float) -> None:
+        """The watchdog: a worker that holds a job its pings have left out for ``lost_job_grace_s`` lost track of it
+        (it neither runs it nor posted its result): it is lost, and its jobs follow the retry rule."""
+        for worker in list(ep.workers.values()):
+            for job_id, since in worker.unnamed.items():
+                if job_id in worker.jobs and now - since >= self.lost_job_grace_s:
+                    self._lose(
+                        worker,
+                        f"it holds job {job_id} but its pings have not named it for {now - since:.0f}s "
+                        "(it neither runs it nor posted its result)",
+                    )
+                    break
 
     def _timeout(self, job: Job, worker: Worker) -> None:
         log.warning(
@@ -1235,6 +1358,19 @@ def _settle_after(future: asyncio.Future[T], seconds: float, outcome: Callable[[
                 future.set_result(value)
 
     return asyncio.get_running_loop().call_later(seconds, settle)
+
+
+#: a worker marked an output binary for a job whose caller did not accept binary output
+_BINARY_REFUSED = JobError(
+    "OutputNotSerializable",
+    "the worker sent a binary (pickled) output for a job whose caller accepts JSON only; return JSON values",
+)
+
+
+def _binary_allowed(job: Job, output: Any) -> bool:
+    """A binary output is kept only for a job that accepted it (the SDK's ``binary_ok``), and only as base64 text."""
+    meta = job.extra.get("flashpoint")
+    return isinstance(output, str) and isinstance(meta, dict) and meta.get("binary_ok") is True
 
 
 def _parse_error(error: Any) -> tuple[JobError, Reason]:

@@ -36,20 +36,36 @@ def _migrate_1(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _migrate_2(conn: sqlite3.Connection) -> None:
+    """Version 2: a job's input in a column of its own, written once at insert; records of version 1 keep theirs
+    inside ``data`` (and the column null)."""
+    conn.execute("alter table jobs add column input text")
+
+
 #: MIGRATIONS[n - 1] takes a file from schema version n - 1 to n; the version lives in ``PRAGMA user_version``
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1,)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1, _migrate_2)
 #: the schema version this code writes
 SCHEMA_VERSION = len(MIGRATIONS)
 
-#: the columns beside ``data``, in the order ``_to_row`` returns them
+#: the columns beside ``data``, in the order ``_to_row`` returns them; ``input`` is written by ``add`` only
 COLUMNS = ("id", "endpoint", "status", "created_at", "expires_at")
-_SELECT = "select id, endpoint, status, created_at, data from jobs"
-_INSERT = "insert into jobs (id, endpoint, status, created_at, expires_at, data) values (?, ?, ?, ?, ?, ?)"
+_SELECT = "select id, endpoint, status, created_at, data, input from jobs"
+_INSERT = "insert into jobs (id, endpoint, status, created_at, expires_at, data, input) values (?, ?, ?, ?, ?, ?, ?)"
 _UPDATE = "update jobs set endpoint = ?, status = ?, created_at = ?, expires_at = ?, data = ? where id = ?"
 _UNFINISHED = tuple(status.value for status in JobStatus if status not in TERMINAL)
 
 #: Job fields kept in ``data`` as JSON gives them back (the others need a type restored)
-_PLAIN = ("extra", "started_at", "finished_at", "worker_id", "output", "retries", "execution_timeout_ms", "ttl_ms")
+_PLAIN = (
+    "extra",
+    "started_at",
+    "finished_at",
+    "worker_id",
+    "output",
+    "output_binary",
+    "retries",
+    "execution_timeout_ms",
+    "ttl_ms",
+)
 _LISTS = ("logs", "stream")
 
 Row = tuple[str, str, str, float, float, str]
@@ -66,11 +82,11 @@ def _json(job: Job, value: Any) -> str:
         ) from None
 
 
-def _to_row(job: Job, input_json: str | None = None) -> Row:
-    """The column values of a job: ``COLUMNS`` then ``data``, the JSON of every other field.
+def _to_row(job: Job) -> Row:
+    """The column values of a job: ``COLUMNS`` then ``data``, the JSON of every other field but the input.
 
-    ``input_json`` is the JSON of ``job.input`` when the caller has it already (the input never changes, and it may
-    be the largest part of the record).
+    The input never changes and may be the largest part of the record: it has its own column, written once by
+    ``add`` (so neither a second copy in memory nor a new encoding on every change is needed).
     """
     data: dict[str, Any] = {
         "reason": job.reason.value if job.reason is not None else None,
@@ -88,13 +104,12 @@ def _to_row(job: Job, input_json: str | None = None) -> Row:
     }
     for name in _PLAIN + _LISTS:
         data[name] = getattr(job, name)
-    text = '{"input":' + (input_json or _json(job, job.input)) + "," + _json(job, data)[1:]
-    return job.id, job.endpoint, job.status.value, job.created_at, job.expires_at, text
+    return job.id, job.endpoint, job.status.value, job.created_at, job.expires_at, _json(job, data)
 
 
 def _from_row(row: Sequence[Any]) -> Job:
-    """The inverse of ``_to_row`` for a ``_SELECT`` row: ``(id, endpoint, status, created_at, data)``."""
-    job_id, endpoint, status, created_at, text = row
+    """The inverse of ``_to_row`` for a ``_SELECT`` row: ``(id, endpoint, status, created_at, data, input)``."""
+    job_id, endpoint, status, created_at, text, input_text = row
     data = json.loads(text)
     # a key missing from ``data`` takes the Job default, so a later version may add fields without a migration
     fields: dict[str, Any] = {name: data[name] for name in _PLAIN if name in data}
@@ -110,9 +125,10 @@ def _from_row(row: Sequence[Any]) -> Job:
     return Job(
         id=job_id,
         endpoint=endpoint,
-        input=data.get("input"),
+        input=data.get("input") if input_text is None else json.loads(input_text),
         status=JobStatus(status),
         created_at=created_at,
+        size=len(input_text or ""),
         **fields,
     )
 
@@ -143,8 +159,6 @@ class SQLiteJobStore:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         self._live: dict[str, Job] = {}
-        #: the JSON of each live job's input, written with every change of the job but encoded once
-        self._inputs: dict[str, str] = {}
         self._conn: sqlite3.Connection | None = self._open(busy_timeout_s)
         #: writes since the last flush() share one transaction (group commit)
         self._in_transaction = False
@@ -249,8 +263,7 @@ class SQLiteJobStore:
     # the JobStore verbs
 
     def add(self, job: Job) -> None:
-        input_json = _json(job, job.input)
-        row = _to_row(job, input_json)
+        row = (*_to_row(job), _json(job, job.input))
         with self._lock:
             conn = self._writer()
             try:
@@ -261,16 +274,14 @@ class SQLiteJobStore:
                 raise StoreError(f"job store {self.path}: cannot add job {job.id!r}: {exc}") from exc
             if not job.status.terminal:
                 self._live[job.id] = job
-                self._inputs[job.id] = input_json
 
     def update(self, job: Job) -> None:
-        row = _to_row(job, self._inputs.get(job.id))
+        row = _to_row(job)
         with self._lock:
             if not self._change(f"update job {job.id!r}", _UPDATE, (*row[1:], job.id)):
                 raise StoreError(f"job store {self.path}: cannot update job {job.id!r}: no such job")
             if job.status.terminal:
                 self._live.pop(job.id, None)
-                self._inputs.pop(job.id, None)
             else:
                 self._live[job.id] = job
 
@@ -304,7 +315,6 @@ class SQLiteJobStore:
         with self._lock:
             self._change(f"delete job {job_id!r}", "delete from jobs where id = ?", (job_id,))
             self._live.pop(job_id, None)
-            self._inputs.pop(job_id, None)
 
     def expired(self, now: float) -> builtins.list[Job]:
         with self._lock:
@@ -330,7 +340,6 @@ class SQLiteJobStore:
                 self._conn.close()
                 self._conn = None
             self._live.clear()
-            self._inputs.clear()
 
     def __repr__(self) -> str:
         return f"SQLiteJobStore({self.path!r})"

@@ -267,6 +267,7 @@ class Runtime:
         concurrency: int = 1,
         ping_interval_s: float = 10.0,
         parent_pid: int | None = None,
+        max_post_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self.handler = handler
         self.urls = urls
@@ -274,15 +275,20 @@ class Runtime:
         self.concurrency = concurrency
         self.ping_interval_s = ping_interval_s
         self.parent_pid = parent_pid
+        #: the control plane refuses a post larger than this (its max_result_bytes)
+        self.max_post_bytes = max_post_bytes
         self.stopping = asyncio.Event()
         self.running: dict[str, asyncio.Task[dict[str, Any]]] = {}
-        #: results not yet acknowledged: posted again if an exchange fails (job-done is idempotent), never recomputed
-        self._outbox: list[dict[str, Any]] = []
+        #: results not yet acknowledged, as JSON: posted again if an exchange fails (job-done is idempotent), never
+        #: recomputed
+        self._outbox: list[bytes] = []
         #: exchanges in flight, with the results each carries
-        self._exchanges: dict[asyncio.Task[list[dict[str, Any]]], list[dict[str, Any]]] = {}
+        self._exchanges: dict[asyncio.Task[list[dict[str, Any]]], list[bytes]] = {}
         #: the one exchange in flight that may bring jobs
         self._taker: asyncio.Task[list[dict[str, Any]]] | None = None
         self._wake = asyncio.Event()
+        #: backing off after a failed request: no new exchange until the back-off timer clears it
+        self._paused: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
         import aiohttp  # aiohttp rather than httpx here: about 4x less time per request on the hot path
@@ -319,16 +325,15 @@ class Runtime:
     async def _pump(self) -> None:
         loop = asyncio.get_running_loop()
         failures = 0
-        resume_at = 0.0
         while True:
             stopping = self.stopping.is_set()
             if stopping and not (self.running or self._outbox or self._exchanges):
                 return
             free = self.concurrency - len(self.running)
-            if loop.time() >= resume_at:
+            if self._paused is None:
                 if self._taker is None and free > 0 and not stopping:
                     self._taker = self._exchange(self._take_outbox(), take=free)
-                elif self._outbox:
+                while self._outbox:  # what one post could not carry
                     self._exchange(self._take_outbox(), take=0)
             await self._wake.wait()
             self._wake.clear()
@@ -349,28 +354,55 @@ class Runtime:
                         self.stopping.set()
                         return
                     delay = min(0.05 * 2**failures, 2.0)
-                    resume_at = loop.time() + delay
-                    loop.call_later(delay, self._wake.set)
+                    if self._paused is not None:
+                        self._paused.cancel()
+                    # The timer itself ends the pause: comparing the loop's clock with a resume time instead hung
+                    # the worker when the timer fired a hair early (seen under uvloop)
+                    self._paused = loop.call_later(delay, self._resume)
                     continue
                 failures = 0
                 for job in task.result():
                     self._start(job)
 
-    def _take_outbox(self) -> list[dict[str, Any]]:
-        results, self._outbox = self._outbox, []
+    def _resume(self) -> None:
+        self._paused = None
+        self._wake.set()
+
+    def _take_outbox(self) -> list[bytes]:
+        """As many results, oldest first, as one post may carry (at least one: each is kept under the limit)."""
+        size, count = 2, 0
+        for result in self._outbox:
+            if count and size + len(result) + 1 > self.max_post_bytes:
+                break
+            size += len(result) + 1
+            count += 1
+        results, self._outbox = self._outbox[:count], self._outbox[count:]
         return results
 
-    def _exchange(self, results: list[dict[str, Any]], *, take: int) -> asyncio.Task[list[dict[str, Any]]]:
+    def _encode_result(self, job_id: str, body: dict[str, Any]) -> bytes:
+        """A result as JSON; one too large for the plane to take becomes the job's error instead."""
+        data = codec.json_bytes({"id": job_id, **body})
+        if len(data) + 2 > self.max_post_bytes:
+            too_large = HandlerError(
+                f"the job's result is {len(data)} bytes of JSON, more than the {self.max_post_bytes} bytes the "
+                "control plane takes from a worker; return less (put large results in storage and return a "
+                "reference), or raise flashpoint serve --max-result-mb",
+                Reason.OUTPUT_TOO_LARGE,
+            )
+            data = codec.json_bytes({"id": job_id, **error_body(too_large)})
+        return data
+
+    def _exchange(self, results: list[bytes], *, take: int) -> asyncio.Task[list[dict[str, Any]]]:
         task = asyncio.ensure_future(self._post(results, take))
         self._exchanges[task] = results
         task.add_done_callback(lambda _: self._wake.set())
         return task
 
-    async def _post(self, results: list[dict[str, Any]], take: int) -> list[dict[str, Any]]:
+    async def _post(self, results: list[bytes], take: int) -> list[dict[str, Any]]:
         """Post ``results`` and/or take up to ``take`` jobs; the jobs the answer carries."""
         if results:
             url = self.urls.done_batch + (f"&take={take}" if take else "")
-            response = await self._request("POST", url, json.dumps(results, ensure_ascii=False).encode())
+            response = await self._request("POST", url, b"[" + b",".join(results) + b"]")
         else:
             url = f"{self.urls.take_batch}&batch_size={take}&job_in_progress={int(bool(self.running))}"
             response = await self._request("GET", url)
@@ -389,7 +421,7 @@ class Runtime:
             error = task.exception()
             body = error_body(error) if error is not None else task.result()
             if body:
-                self._outbox.append({"id": job_id, **body})
+                self._outbox.append(self._encode_result(job_id, body))
         self._wake.set()
 
     async def _execute(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -404,8 +436,8 @@ class Runtime:
         url = self.urls.stream.replace("$ID", job["id"]) + "&isStream=false"
 
         async def emit(chunk: Any) -> None:
-            body = json.dumps({"output": codec.encode_value(chunk, binary_ok=binary_ok)}, ensure_ascii=False)
-            _check(await self._request("POST", url, body.encode()))
+            body = codec.json_bytes(codec.encode_output(chunk, binary_ok=binary_ok))
+            _check(await self._request("POST", url, body))
 
         try:
             output = await self.handler(job, emit)
@@ -414,7 +446,7 @@ class Runtime:
         except Exception as exc:  # the job boundary: everything the handler raises becomes the job's error
             return error_body(exc)
         try:
-            return {"output": codec.encode_value(output, binary_ok=binary_ok)}
+            return codec.encode_output(output, binary_ok=binary_ok)
         except Exception as exc:
             return error_body(exc, Reason.OUTPUT_NOT_SERIALIZABLE)
 
@@ -483,6 +515,12 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
     env = dict(os.environ if env is None else env)
     parent = env.get("FLASHPOINT_PARENT_PID")
     die_with_parent(int(parent) if parent else None)
+    for stream in (sys.stdout, sys.stderr):
+        # a line holding text UTF-8 cannot carry (a lone surrogate, say from a file name) is printed escaped, not
+        # turned into an error of the job that printed it
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     sys.stdout = TaggedStream(sys.stdout)
     sys.stderr = TaggedStream(sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -495,6 +533,7 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
         concurrency=int(env.get("FLASHPOINT_MAX_CONCURRENCY", "1")),
         ping_interval_s=max(1.0, int(env.get("RUNPOD_PING_INTERVAL", "10000")) / 1000),
         parent_pid=int(parent) if parent else None,
+        max_post_bytes=int(env.get("FLASHPOINT_MAX_RESULT_BYTES", str(32 * 1024 * 1024))),
     )
     try:
         import uvloop
