@@ -40,6 +40,8 @@ class Settings:
     ray_ready_timeout_s: float = 60.0
     #: FLASHPOINT_WORKER_URL: the control plane's URL as workers on other nodes reach it, e.g. http://10.0.0.5:8000
     worker_url: str | None = None
+    #: FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS: 1 lets webhooks reach loopback, private and other non-public addresses
+    allow_private_webhooks: bool = False
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -71,7 +73,17 @@ class Settings:
             ray_address=env.get("FLASHPOINT_RAY_ADDRESS") or None,
             ray_ready_timeout_s=_seconds(env, "FLASHPOINT_RAY_READY_TIMEOUT_S", 60.0),
             worker_url=worker_url,
+            allow_private_webhooks=_flag(env, "FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS"),
         )
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    text = (env.get(name) or "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be 1 or 0; got {env.get(name)!r}")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def server(runpod_served: Any) -> Served:
-    return runpod_served()
+    # the webhook receivers of these tests listen on 127.0.0.1, which a server refuses unless told otherwise
+    return runpod_served("--allow-private-webhooks")
 
 
 def test_echo_unicode_and_a_256_kb_payload_through_the_sync_client(server: Served) -> None:

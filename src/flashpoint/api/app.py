@@ -42,7 +42,9 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if on_startup is not None:
             await on_startup()
-        webhooks.append(Webhooks(plane, retry_delay_s=webhook_retry_delay_s))
+        # read here, not when the app is built: the server may set the intake's webhook policy after create_app
+        allow_private = app.state.intake.allow_private_webhooks
+        webhooks.append(Webhooks(plane, retry_delay_s=webhook_retry_delay_s, allow_private=allow_private))
         try:
             yield
         finally:

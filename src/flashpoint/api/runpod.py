@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from flashpoint import codec
 from flashpoint.api.errors import body as error_body, status_of
+from flashpoint.api.webhooks import check_webhook_url
 from flashpoint.api.workers import json_response, key_matches
 from flashpoint.errors import BadInputError, Error, NotFoundError
 from flashpoint.jobs import Job, JobStatus
@@ -35,6 +36,8 @@ class Intake:
 
     checkers: dict[str, Callable[[Any], None]]
     allow_pickle: bool = False
+    #: whether webhooks may point at loopback, private and other non-public addresses (``--allow-private-webhooks``)
+    allow_private_webhooks: bool = False
 
 
 def _positive_ms(policy: dict[str, Any], key: str, maximum: int) -> int | None:
@@ -74,6 +77,8 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
     webhook = data.get("webhook")
     if webhook is not None and (not isinstance(webhook, str) or not webhook.startswith(("http://", "https://"))):
         raise BadInputError(f'"webhook" must be an http(s) URL, got {webhook!r}', code="bad_request")
+    if webhook is not None:
+        check_webhook_url(webhook, intake.allow_private_webhooks)
     meta = data.get("flashpoint")
     if meta is not None and not isinstance(meta, dict):
         raise BadInputError('"flashpoint" must be an object', code="bad_request")

@@ -49,6 +49,13 @@ def serve(
         bool,
         typer.Option(help="Accept pickled (non-JSON) arguments from SDK clients; they can run code on this server."),
     ] = False,
+    allow_private_webhooks: Annotated[
+        bool,
+        typer.Option(
+            help="Let webhooks reach loopback, private and other non-public addresses (any API key holder chooses "
+            "the URL); as FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS=1."
+        ),
+    ] = False,
 ) -> None:
     """Serve the endpoints of APP: Runpod's /v2 API, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
@@ -74,6 +81,7 @@ def serve(
         api_keys=tuple(keys),
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         allow_pickle=allow_pickle,
+        allow_private_webhooks=allow_private_webhooks or settings.allow_private_webhooks,
     ).run()
 
 
