@@ -37,3 +37,56 @@ async def test_idle_worker_is_kept_while_its_endpoint_has_queued_jobs(make_plane
     await job.cancel()
     plane.run_sync(tick())
     assert worker.state is WorkerState.STOPPING
+
+
+async def _starting_worker(plane: Any, endpoint: str, n: int) -> Worker:
+    worker = Worker(id=f"w-start-{n}", endpoint=endpoint, devices=())
+    plane.plane.workers[worker.id] = worker
+    plane.plane.endpoints[endpoint].workers[worker.id] = worker
+    return worker
+
+
+async def test_starting_workers_killed_from_outside_never_fail_the_queue(make_plane: Any) -> None:
+    # Given a queued job and starting workers that an OOM killer (SIGKILL) or an operator (SIGTERM) ends before their
+    # first pull, more times in a row than the failed-start limit
+    plane = make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="heavy", gpu=GpuType.NVIDIA_B200)
+    async def heavy(data: dict) -> dict:
+        return data
+
+    job = await heavy.run({})
+
+    async def kill_starting(n: int, code: int) -> tuple[int, int]:
+        worker = await _starting_worker(plane, "heavy", n)
+        plane.plane._on_exit(worker.id, code)
+        ep = plane.plane.endpoints["heavy"]
+        return ep.start_failures, ep.start_losses
+
+    counts = [plane.run_sync(kill_starting(n, code)) for n, code in enumerate([-9, -15, -9, -9, -9, -9, -1])]
+    # Then none counts as a failed start: the job still waits for the next worker
+    assert counts[-1] == (0, 7)
+    assert await job.status() == "IN_QUEUE"
+    # And the next start waits a little (a kill loop does not spin), capped well below a failed start's back-off
+    next_start_in = plane.plane.endpoints["heavy"].next_start_at - time.monotonic()
+    assert 0 < next_start_in <= 5.0
+
+
+async def test_a_worker_that_fails_by_itself_before_its_first_pull_is_a_failed_start(make_plane: Any) -> None:
+    plane = make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="broken", gpu=GpuType.NVIDIA_B200)
+    async def broken(data: dict) -> dict:
+        return data
+
+    job = await broken.run({})
+
+    async def fail_starting(n: int, code: int) -> int:
+        worker = await _starting_worker(plane, "broken", n)
+        plane.plane._on_exit(worker.id, code)
+        return plane.plane.endpoints["broken"].start_failures
+
+    # exit codes and self-inflicted faults (a segfault, an abort) count; after five in a row the queue fails
+    assert [plane.run_sync(fail_starting(n, code)) for n, code in enumerate([1, -11, -6, 2, 1])] == [1, 2, 3, 4, 5]
+    assert await job.wait(timeout=5) == "FAILED"
+    assert job.view.reason is not None and job.view.reason.value == "worker_start_failed"

@@ -20,7 +20,7 @@ import pytest
 from flashpoint.errors import ConfigError, StoreError
 from flashpoint.jobs import Job, JobError, JobStatus, Placement, Reason
 from flashpoint.store import MemoryJobStore, SQLiteJobStore, open_store
-from flashpoint.store.sqlite import COLUMNS, SCHEMA_VERSION, _from_row, _to_row
+from flashpoint.store.sqlite import COLUMNS, SCHEMA_VERSION, _from_row, _migrate_1, _to_row
 
 S = JobStatus
 T0 = 1_700_000_000.0
@@ -118,6 +118,48 @@ def test_a_file_from_a_newer_version_is_refused(open_db: Callable[..., SQLiteJob
         conn.execute("pragma user_version = 99")
     with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(2\)"):
         open_db()
+
+
+def test_a_version_1_file_is_upgraded_and_its_jobs_keep_their_input(
+    open_db: Callable[..., SQLiteJobStore], db: Path
+) -> None:
+    # Given a file written by schema version 1, whose records hold the input inside ``data``
+    db.parent.mkdir(parents=True)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        _migrate_1(conn)
+        data = json.dumps({"input": {"n": 1}, "extra": {}, "retries": 0})
+        conn.execute(
+            "insert into jobs (id, endpoint, status, created_at, expires_at, data) values (?, ?, ?, ?, ?, ?)",
+            ("job-old", "ep", "IN_QUEUE", T0, T0 + 60, data),
+        )
+        conn.execute("pragma user_version = 1")
+        conn.commit()
+    # When this version opens it, then the input is read from where version 1 put it, and kept through updates
+    store = open_db()
+    assert raw(db, "pragma user_version") == 2
+    job = store.get("job-old")
+    assert job is not None and job.input == {"n": 1}
+    job.move(S.IN_PROGRESS)
+    store.update(job)
+    store.flush()
+    store.close()
+    again = open_db().get("job-old")
+    assert again is not None and again.input == {"n": 1} and again.status is S.IN_PROGRESS
+
+
+def test_the_input_is_written_once_and_not_kept_twice_in_memory(
+    open_db: Callable[..., SQLiteJobStore], db: Path
+) -> None:
+    store = open_db()
+    job = full_job(1, S.IN_QUEUE)
+    store.add(job)
+    job.move(S.IN_PROGRESS)
+    store.update(job)
+    store.flush()
+    assert json.loads(raw(db, "select input from jobs")) == job.input
+    assert "input" not in json.loads(raw(db, "select data from jobs"))  # updates never rewrite it
+    # the store keeps no encoded copy of live inputs beside the job objects
+    assert not [name for name, value in vars(store).items() if isinstance(value, dict) and name != "_live"]
 
 
 def test_every_job_field_has_a_place_in_the_row() -> None:

@@ -28,6 +28,8 @@ class RecordingPlane:
         self.queue = list(jobs)
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.results: dict[str, Any] = {}
+        #: the error records of failed results
+        self.errors: dict[str, Any] = {}
         self.all_done = asyncio.Event()
         self.total = len(jobs)
 
@@ -46,6 +48,8 @@ class RecordingPlane:
         self.requests.append(("done-batch", dict(request.query_params), [r["id"] for r in results]))
         for result in results:
             self.results[result["id"]] = result.get("output")
+            if "error" in result:
+                self.errors[result["id"]] = json.loads(result["error"])
         if len(self.results) == self.total:
             self.all_done.set()
         return self._jobs(int(request.query_params.get("take", "0")))
@@ -141,3 +145,73 @@ async def test_a_result_finishing_while_a_take_is_held_goes_out_at_once_and_stop
         await asyncio.wait_for(running, 20)
     assert plane.results == {"fast": "fast", "slow": "slow"}
     assert plane.requests[-1][0] == "done-batch" and plane.requests[-1][1].get("take") is None
+
+
+class FlakyPlane(RecordingPlane):
+    """Answers the first ``failures`` take requests with 503, then serves as RecordingPlane."""
+
+    def __init__(self, jobs: list[dict[str, Any]], failures: int) -> None:
+        super().__init__(jobs)
+        self.failures = failures
+
+    async def take_batch(self, request: Request) -> Response:
+        if self.failures > 0:
+            self.failures -= 1
+            self.requests.append(("503", dict(request.query_params), None))
+            return JSONResponse({"error": "busy"}, status_code=503)
+        return await super().take_batch(request)
+
+
+async def test_back_off_ends_when_its_timer_fires_even_a_hair_early() -> None:
+    # Timers may fire a little before the loop's clock reaches their time (seen under uvloop). Here every timer fires
+    # at half its delay: a back-off that compared the clock with a resume time waited forever on a wake-up nobody sent.
+    loop = asyncio.get_running_loop()
+    call_later = loop.call_later
+
+    def early(delay: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        return call_later(delay / 2, callback, *args, **kwargs)
+
+    async def handler(job: dict[str, Any], emit: Any) -> int:
+        return int(job["input"]["n"])
+
+    plane = FlakyPlane([{"id": "j1", "input": {"n": 7}}], failures=3)
+    async for base in serve(plane):
+        runtime = Runtime(handler, urls(base), "key")
+        loop.call_later = early  # type: ignore[method-assign]
+        try:
+            running = asyncio.create_task(runtime.run())
+            await asyncio.wait_for(plane.all_done.wait(), 20)
+        finally:
+            loop.call_later = call_later  # type: ignore[method-assign]
+        runtime.stop()
+        await asyncio.wait_for(running, 20)
+    assert plane.results == {"j1": 7}
+    assert [kind for kind, _, _ in plane.requests][:3] == ["503", "503", "503"]
+
+
+async def test_results_are_batched_under_the_post_limit_and_an_oversized_one_becomes_its_error() -> None:
+    gate = asyncio.Event()
+
+    async def handler(job: dict[str, Any], emit: Any) -> str:
+        await gate.wait()
+        return "x" * int(job["input"]["size"])
+
+    sizes = {"a": 400, "b": 400, "c": 400, "huge": 5000}
+    plane = RecordingPlane([{"id": job_id, "input": {"size": size}} for job_id, size in sizes.items()])
+    async for base in serve(plane):
+        runtime = Runtime(handler, urls(base), "key", concurrency=4, max_post_bytes=1000)
+        running = asyncio.create_task(runtime.run())
+        for _ in range(500):  # bounded wait for all four to be running
+            if len(runtime.running) == 4:
+                break
+            await asyncio.sleep(0.01)
+        gate.set()
+        await asyncio.wait_for(plane.all_done.wait(), 20)
+        runtime.stop()
+        await asyncio.wait_for(running, 20)
+    assert {job_id: len(plane.results[job_id] or "") for job_id in "abc"} == {"a": 400, "b": 400, "c": 400}
+    assert plane.results["huge"] is None  # its result became an error: the plane could never take it
+    posts = [ids for kind, _, ids in plane.requests if kind == "done-batch"]
+    assert all(len(ids) <= 2 for ids in posts)  # 3 x 400 bytes of output do not fit one post of 1000 bytes
+    assert sorted(job_id for ids in posts for job_id in ids) == ["a", "b", "c", "huge"]
+    assert plane.errors["huge"]["reason"] == "output_too_large"

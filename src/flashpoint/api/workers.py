@@ -63,8 +63,6 @@ async def read_limited(request: Request, limit: int) -> bytes:
 
 
 def worker_routes(plane: ControlPlane) -> list[Route]:
-    limit = plane.max_result_bytes
-
     def denied(request: Request) -> Response | None:
         p = request.path_params
         key = plane.worker_credential(p["endpoint"], p["worker"])
@@ -75,6 +73,7 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         )
 
     def too_large() -> Response:
+        limit = plane.max_result_bytes
         return error_response(
             413, "payload_too_large", f"a worker's post may hold at most {limit} bytes; post the results one at a time"
         )
@@ -106,7 +105,7 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
 
     async def read_json(request: Request) -> Any:
         # Runpod workers send JSON labelled application/x-www-form-urlencoded: parse the raw body whatever the type
-        raw = await read_limited(request, limit)
+        raw = await read_limited(request, plane.max_result_bytes)
         return codec.loads_bounded(raw) if raw else {}
 
     async def done(request: Request) -> Response:
@@ -117,7 +116,7 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
             body = await read_json(request)
         except _TooLarge:
             # the job cannot complete with this output: it fails now, rather than wait for a retry that cannot work
-            plane.output_too_large(p["endpoint"], p["worker"], p["job"], limit)
+            plane.output_too_large(p["endpoint"], p["worker"], p["job"], plane.max_result_bytes)
             return too_large()
         except (ValueError, UnicodeDecodeError) as exc:
             return error_response(400, "bad_json", f"job-done body must be UTF-8 JSON: {exc}")

@@ -37,9 +37,16 @@ def _migrate_1(conn: sqlite3.Connection) -> None:
 
 
 def _migrate_2(conn: sqlite3.Connection) -> None:
-    """Version 2: a job's input in a column of its own, written once at insert; records of version 1 keep theirs
-    inside ``data`` (and the column null)."""
+    """Version 2: a job's input in a column of its own, written once at insert (moved there from ``data``)."""
     conn.execute("alter table jobs add column input text")
+    rows = conn.execute("select id, data from jobs").fetchall()
+    for job_id, text in rows:
+        data = json.loads(text)
+        value = data.pop("input", None)
+        conn.execute(
+            "update jobs set input = ?, data = ? where id = ?",
+            (json.dumps(value, separators=(",", ":")), json.dumps(data, separators=(",", ":")), job_id),
+        )
 
 
 #: MIGRATIONS[n - 1] takes a file from schema version n - 1 to n; the version lives in ``PRAGMA user_version``
@@ -125,7 +132,7 @@ def _from_row(row: Sequence[Any]) -> Job:
     return Job(
         id=job_id,
         endpoint=endpoint,
-        input=data.get("input") if input_text is None else json.loads(input_text),
+        input=json.loads(input_text),
         status=JobStatus(status),
         created_at=created_at,
         size=len(input_text or ""),
