@@ -134,7 +134,11 @@ class EmbeddedPlane:
         from starlette.applications import Starlette
         from starlette.routing import Mount
 
-        from flashpoint.api.transport import CoalescingHttpToolsProtocol
+        from flashpoint.api.transport import (
+            CoalescingHttpToolsProtocol,
+            default_max_connections,
+            raise_open_file_limit,
+        )
         from flashpoint.api.workers import worker_routes
 
         self._stop = asyncio.Event()
@@ -157,9 +161,10 @@ class EmbeddedPlane:
         sock = _worker_socket(host, (where.port if where else None) or 0)
         self.url = _url(host, sock.getsockname()[1])
         self.plane.base_url = self.url
+        open_files = raise_open_file_limit()
         config = uvicorn.Config(
             app,
-            http=CoalescingHttpToolsProtocol,
+            http=CoalescingHttpToolsProtocol.configured(max_connections=default_max_connections(open_files)),
             log_level="warning",
             access_log=False,
             lifespan="off",
@@ -442,12 +447,19 @@ class Server:
         max_body_bytes: int = 10 * 1024 * 1024,
         allow_pickle: bool = False,
         allow_private_webhooks: bool = False,
+        max_connections: int | None = None,
+        header_timeout_s: float = 10.0,
+        body_timeout_s: float = 60.0,
     ) -> None:
         if any(not key.strip() for key in api_keys):
             raise ConfigError(
                 "an API key is blank, so no request could match it; pass real keys (e.g. FLASHPOINT_API_KEY="
                 "$(openssl rand -hex 24)), without blank items"
             )
+        for name, value in (("max-connections", max_connections), ("header-timeout-s", header_timeout_s),
+                            ("body-timeout-s", body_timeout_s)):  # fmt: skip
+            if value is not None and not value > 0:
+                raise ConfigError(f"--{name} must be positive, got {value}")
         if not api_keys and not _loopback(host):
             raise ConfigError(
                 f"refusing to listen on {host} without an API key: anyone who can reach it could run jobs. "
@@ -460,6 +472,8 @@ class Server:
         self.max_body_bytes = max_body_bytes
         self.allow_pickle = allow_pickle
         self.allow_private_webhooks = allow_private_webhooks
+        self.max_connections = max_connections
+        self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
 
     def run(self) -> None:
         """Load the app, serve until SIGINT/SIGTERM, then stop the workers and put their jobs back in the queue."""
@@ -467,7 +481,11 @@ class Server:
 
         from flashpoint.api.app import Dispatch, create_app
         from flashpoint.api.runpod import Intake
-        from flashpoint.api.transport import CoalescingHttpToolsProtocol
+        from flashpoint.api.transport import (
+            CoalescingHttpToolsProtocol,
+            default_max_connections,
+            raise_open_file_limit,
+        )
         from flashpoint.discovery import load_endpoints
         from flashpoint.store.sqlite import SQLiteJobStore
 
@@ -531,9 +549,15 @@ class Server:
         from dataclasses import replace
 
         app.state.intake = replace(app.state.intake, allow_private_webhooks=self.allow_private_webhooks)
+        open_files = raise_open_file_limit()
+        protocol = CoalescingHttpToolsProtocol.configured(
+            max_connections=self.max_connections or default_max_connections(open_files),
+            header_timeout_s=self.header_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+        )
         config = uvicorn.Config(
             Dispatch(app, plane),
-            http=CoalescingHttpToolsProtocol,
+            http=protocol,
             log_level="warning",
             access_log=False,
             proxy_headers=False,

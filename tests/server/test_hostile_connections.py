@@ -153,3 +153,90 @@ def test_a_client_hanging_up_mid_body_logs_no_traceback(edge: Callable[..., Edge
         wait_closed(sock, 30)
     log = wait_for_text(served.logged, "Invalid HTTP request received")
     assert "Traceback" not in log and "Exception in ASGI application" not in log, log
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# read deadlines
+
+
+def test_a_request_whose_headers_stall_is_closed_after_the_header_deadline(edge: Callable[..., Edge]) -> None:
+    served = edge("--header-timeout-s", "0.5")
+    silent = served.connect()  # sends nothing at all
+    half = served.connect()
+    half.sendall(b"GET /v2/echo/health HTTP/1.1\r\nhost: test\r\n")  # and never the blank line
+    assert wait_closed(half, 30).startswith(b"HTTP/1.1 408")
+    assert wait_closed(silent, 30).startswith(b"HTTP/1.1 408")
+    half.close()
+    silent.close()
+
+
+def test_keep_alive_idles_freely_but_its_next_request_has_the_header_deadline(edge: Callable[..., Edge]) -> None:
+    served = edge("--header-timeout-s", "0.5")
+    kept = served.connect()
+    kept.sendall(head("GET", "/v2/echo/health"))
+    assert kept.recv(65536).startswith(b"HTTP/1.1 200")
+    # the idle keep-alive connection is governed by uvicorn's keep-alive timeout (120 s), not the header deadline:
+    # while it idles, a stalled connection made after it is closed by its header deadline, and it is not
+    stalled = served.connect()
+    stalled.sendall(b"GET /v2/echo/health HTTP/1.1\r\n")
+    wait_closed(stalled, 30)
+    stalled.close()
+    kept.sendall(head("GET", "/v2/echo/health"))
+    assert kept.recv(65536).startswith(b"HTTP/1.1 200")
+    kept.sendall(b"GET /v2/echo/health HTTP/1.1\r\nhost: test\r\n")  # the next request's headers stall
+    assert wait_closed(kept, 30).startswith(b"HTTP/1.1 408")
+    kept.close()
+
+
+def test_a_stalled_body_is_closed_after_the_body_deadline(edge: Callable[..., Edge]) -> None:
+    served = edge("--body-timeout-s", "1")
+    with served.connect() as sock:  # authenticated: the app waits for the body, which never comes
+        sock.sendall(head("POST", "/v2/echo/run", length=100) + b'{"input": ')
+        answer = wait_closed(sock, 30)
+    assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer
+    with served.connect() as sock:  # unauthenticated: answered 401 at once, then the stalled body is dropped
+        sock.sendall(head("POST", "/v2/echo/run", length=100, key=None) + b'{"input": ')
+        answer = wait_closed(sock, 30)
+    assert answer.startswith(b"HTTP/1.1 401")
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as client:
+        assert client.get("/v2/echo/health").status_code == 200
+
+
+def test_a_long_poll_held_past_the_deadlines_answers_normally(edge: Callable[..., Edge]) -> None:
+    served = edge("--header-timeout-s", "0.5", "--body-timeout-s", "0.5")
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as client:
+        started = time.monotonic()
+        answer = client.post("/v2/slow/runsync?wait=30000", json={"input": {"seconds": 2}})
+        assert answer.status_code == 200 and answer.json()["status"] == "COMPLETED", answer.text
+        assert answer.json()["output"] == "slept"
+        assert time.monotonic() - started > 1  # held past both deadlines
+        # and the same keep-alive connection serves the next request
+        assert client.get("/v2/echo/health").status_code == 200
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# more connections than the process may open
+
+
+def test_half_sent_connections_beyond_the_open_file_limit_do_not_lock_clients_out(edge: Callable[..., Edge]) -> None:
+    # 256 open files: the cap is 128 connections; 300 slowloris connections would exhaust the limit without it.
+    # A header deadline of 60 s: what closes the oldest ones here is the cap, not the deadline.
+    served = edge("--header-timeout-s", "60", nofile=256)
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(300):
+            sock = served.connect()
+            sock.sendall(b"POST /v2/echo/run HTTP/1.1\r\nhost: test\r\ncontent-length: 1000\r\n")  # no key, no end
+            sockets.append(sock)
+        with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as client:
+            assert client.get("/v2/echo/health").status_code == 200
+            done = client.post("/v2/echo/runsync", json={"input": {"n": 1}})
+            assert done.status_code == 200 and done.json()["status"] == "COMPLETED", done.text
+        # the oldest half-sent connections were closed to make room; the newest still wait for their headers
+        assert wait_closed(sockets[0], 30) == b""
+        sockets[-1].setblocking(False)
+        with pytest.raises(BlockingIOError):
+            sockets[-1].recv(1)
+    finally:
+        for sock in sockets:
+            sock.close()

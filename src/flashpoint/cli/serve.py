@@ -56,6 +56,19 @@ def serve(
             "the URL); as FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS=1."
         ),
     ] = False,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            help="Most open client connections; past it the oldest one without a request is closed, else new ones "
+            "are refused (default: 4096, or less under a low open-file limit)."
+        ),
+    ] = None,
+    header_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a request's headers may take to arrive before the connection is closed.")
+    ] = 10.0,
+    body_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a request's body may take to arrive, once its headers are in.")
+    ] = 60.0,
 ) -> None:
     """Serve the endpoints of APP: Runpod's /v2 API, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
@@ -82,6 +95,9 @@ def serve(
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         allow_pickle=allow_pickle,
         allow_private_webhooks=allow_private_webhooks or settings.allow_private_webhooks,
+        max_connections=max_connections,
+        header_timeout_s=header_timeout_s,
+        body_timeout_s=body_timeout_s,
     ).run()
 
 
