@@ -450,6 +450,9 @@ class Server:
         max_connections: int | None = None,
         header_timeout_s: float = 10.0,
         body_timeout_s: float = 60.0,
+        max_result_bytes: int = 32 * 1024 * 1024,
+        max_queued_jobs: int = 100_000,
+        max_queued_bytes: int = 1024 * 1024 * 1024,
     ) -> None:
         if any(not key.strip() for key in api_keys):
             raise ConfigError(
@@ -457,7 +460,8 @@ class Server:
                 "$(openssl rand -hex 24)), without blank items"
             )
         for name, value in (("max-connections", max_connections), ("header-timeout-s", header_timeout_s),
-                            ("body-timeout-s", body_timeout_s)):  # fmt: skip
+                            ("body-timeout-s", body_timeout_s), ("max-result-mb", max_result_bytes),
+                            ("max-queued-jobs", max_queued_jobs), ("max-queued-mb", max_queued_bytes)):  # fmt: skip
             if value is not None and not value > 0:
                 raise ConfigError(f"--{name} must be positive, got {value}")
         if not api_keys and not _loopback(host):
@@ -474,6 +478,8 @@ class Server:
         self.allow_private_webhooks = allow_private_webhooks
         self.max_connections = max_connections
         self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
+        self.max_result_bytes = max_result_bytes
+        self.max_queued_jobs, self.max_queued_bytes = max_queued_jobs, max_queued_bytes
 
     def run(self) -> None:
         """Load the app, serve until SIGINT/SIGTERM, then stop the workers and put their jobs back in the queue."""
@@ -503,6 +509,9 @@ class Server:
             parent_pid=parent_pid,
             node=self.settings.node,
             requeue_on_close=True,
+            max_result_bytes=self.max_result_bytes,
+            max_queued_jobs=self.max_queued_jobs,
+            max_queued_bytes=self.max_queued_bytes,
         )
         sock = _worker_socket(self.host, self.port)
         port = sock.getsockname()[1]

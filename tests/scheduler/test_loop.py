@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from flashpoint import Endpoint, GpuType
 from flashpoint.scheduler.loop import Worker, WorkerState
 
@@ -90,3 +92,30 @@ async def test_a_worker_that_fails_by_itself_before_its_first_pull_is_a_failed_s
     assert [plane.run_sync(fail_starting(n, code)) for n, code in enumerate([1, -11, -6, 2, 1])] == [1, 2, 3, 4, 5]
     assert await job.wait(timeout=5) == "FAILED"
     assert job.view.reason is not None and job.view.reason.value == "worker_start_failed"
+
+
+async def test_the_queue_is_capped_by_jobs_and_bytes_and_says_what_to_do(make_plane: Any) -> None:
+    from flashpoint import QueueFullError
+
+    plane = make_plane("NVIDIA_H200:1")
+
+    @Endpoint(name="capped", gpu=GpuType.NVIDIA_B200)
+    async def capped(data: dict) -> dict:
+        return data
+
+    plane.plane.max_queued_jobs = 2
+    first = await capped.run({})
+    await capped.run({})
+    with pytest.raises(QueueFullError, match="at its limit of 2 jobs.*retry later.*--max-queued-jobs"):
+        await capped.run({})
+    await first.cancel()  # a job leaving the queue makes room
+    await capped.run({})
+
+    async def submit(size: int) -> Any:
+        return plane.plane.submit("capped", {}, size=size)
+
+    plane.plane.max_queued_jobs, plane.plane.max_queued_bytes = 100, 1000
+    with pytest.raises(QueueFullError, match="bytes of input"):
+        plane.run_sync(submit(1001))
+    plane.run_sync(submit(900))
+    assert plane.plane.queued_jobs == 3 and plane.plane.queued_bytes == 900

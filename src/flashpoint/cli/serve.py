@@ -69,6 +69,15 @@ def serve(
     body_timeout_s: Annotated[
         float, typer.Option(help="Seconds a request's body may take to arrive, once its headers are in.")
     ] = 60.0,
+    max_result_mb: Annotated[
+        float, typer.Option(help="Largest result a worker may post, in MiB; a larger output fails its job.")
+    ] = 32.0,
+    max_queued_jobs: Annotated[
+        int, typer.Option(help="Most jobs waiting in all queues; past it /run answers 429 queue_full.")
+    ] = 100_000,
+    max_queued_mb: Annotated[
+        float, typer.Option(help="Most MiB of input waiting in all queues; past it /run answers 429 queue_full.")
+    ] = 1024.0,
 ) -> None:
     """Serve the endpoints of APP: Runpod's /v2 API, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
@@ -98,6 +107,9 @@ def serve(
         max_connections=max_connections,
         header_timeout_s=header_timeout_s,
         body_timeout_s=body_timeout_s,
+        max_result_bytes=int(max_result_mb * 1024 * 1024),
+        max_queued_jobs=max_queued_jobs,
+        max_queued_bytes=int(max_queued_mb * 1024 * 1024),
     ).run()
 
 
