@@ -181,3 +181,29 @@ async def test_watchdog_loses_a_worker_whose_pings_leave_out_a_job_it_holds(make
             await asyncio.sleep(0.05)
     assert job.view.retries == 1  # the retry rule: back to the front of the queue once
     assert "w-test" not in plane.plane.workers
+
+
+async def test_watchdog_requeues_a_job_a_working_worker_dropped_and_keeps_the_worker(make_plane) -> None:
+    plane, proto, headers = await _setup(make_plane, hold_s="0.2")
+    plane.plane.lost_job_grace_s = 0.5
+    job = await proto.run({"n": 1})
+    loop = asyncio.get_running_loop()
+    async with httpx.AsyncClient(headers=headers) as client:
+        await client.get(_url(plane, "job-take/w-test?gpu=x"))
+        # its post for the job failed for good (a Runpod worker then forgets the job): pings leave it out, but the
+        # worker goes on pulling for new work
+        await client.get(_url(plane, "ping/w-test?gpu=x&runpod_version=1"))
+        deadline = loop.time() + 10
+        retaken = None
+        while retaken is None:
+            assert loop.time() < deadline, "the watchdog did not give the job back"
+            answer = await client.get(_url(plane, "job-take/w-test?gpu=x"))  # held 0.2 s when there is nothing
+            retaken = answer.json() if answer.status_code == 200 else None
+        # the job went back to the front of its queue under the retry rule, and this same worker pulled it again
+        assert retaken["id"] == job.id
+        await job.status()
+        assert job.view.retries == 1 and job.view.worker_id == "w-test"
+        assert "w-test" in plane.plane.workers  # a working worker is kept
+        # the stop it was due for its old copy is withdrawn by the retake: it must not cancel the job it runs now
+        stop = await client.get(_url(plane, "job-stop/w-test?gpu=x"))
+        assert stop.status_code == 204

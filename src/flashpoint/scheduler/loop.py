@@ -105,6 +105,8 @@ class Worker:
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
     #: jobs it holds that its pings stopped naming, with when that began (the watchdog's evidence)
     unnamed: dict[str, float] = field(default_factory=dict)
+    #: when it last took jobs or posted a result or chunk (its job-stop long-poll and pings run on regardless)
+    last_exchange: float = field(default_factory=time.monotonic)
 
     @property
     def live(self) -> bool:
@@ -470,10 +472,14 @@ class ControlPlane:
     # ----------------------------------------------------------------------------------------------------------------
     # the worker protocol's verbs
 
-    def _worker(self, endpoint: str, worker_id: str) -> Worker | None:
+    def _worker(self, endpoint: str, worker_id: str, *, exchange: bool = True) -> Worker | None:
+        """The worker a request names (None if unknown); its first request makes a starting worker ready.
+        ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not)."""
         worker = self.workers.get(worker_id)
         if worker is None or worker.endpoint != endpoint:
             return None
+        if exchange:
+            worker.last_exchange = time.monotonic()
         if worker.state is WorkerState.STARTING:
             worker.state = WorkerState.IDLE
             worker.ever_ready = True
@@ -548,6 +554,8 @@ class ControlPlane:
         job.placement = worker.placement()
         worker.jobs.add(job.id)
         worker.unnamed.pop(job.id, None)
+        if job.id in worker.to_stop:  # a stop meant for an earlier run of this job must not end this one
+            worker.to_stop.remove(job.id)
         worker.state = WorkerState.RUNNING
         self._save(job)
 
@@ -713,7 +721,7 @@ class ControlPlane:
 
     async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
         """Long-poll: job ids this worker must stop (cancelled or timed out)."""
-        worker = self._worker(endpoint, worker_id)
+        worker = self._worker(endpoint, worker_id, exchange=False)
         if worker is None:
             await asyncio.sleep(min(self.take_hold_s if hold_s is None else hold_s, 5.0))
             return []
@@ -736,7 +744,7 @@ class ControlPlane:
         A job the worker holds but its pings stop naming was lost inside the worker (a wedged worker that keeps
         pinging): past ``lost_job_grace_s`` the tick's watchdog counts the worker as lost.
         """
-        worker = self._worker(endpoint, worker_id)
+        worker = self._worker(endpoint, worker_id, exchange=False)
         if worker is None or job_ids is None:
             return
         named, now = set(job_ids), time.monotonic()
@@ -1237,17 +1245,31 @@ class ControlPlane:
         self.reconcile()
 
     def _watch_workers(self, ep: EndpointState, now: float) -> None:
-        """The watchdog: a worker that holds a job its pings have left out for ``lost_job_grace_s`` lost track of it
-        (it neither runs it nor posted its result): it is lost, and its jobs follow the retry rule."""
+        """The watchdog, for jobs a worker holds but its pings have left out for ``lost_job_grace_s`` (it neither
+        runs them nor posted their results). A worker that has not taken or posted anything since is wedged: it is
+        lost, and its jobs follow the retry rule. One that goes on working only dropped those jobs: they follow the
+        retry rule (and the worker is told to stop them, should it still have them), and it keeps serving."""
         for worker in list(ep.workers.values()):
-            for job_id, since in worker.unnamed.items():
-                if job_id in worker.jobs and now - since >= self.lost_job_grace_s:
-                    self._lose(
-                        worker,
-                        f"it holds job {job_id} but its pings have not named it for {now - since:.0f}s "
-                        "(it neither runs it nor posted its result)",
-                    )
-                    break
+            dropped = [
+                j for j, since in worker.unnamed.items() if j in worker.jobs and now - since >= self.lost_job_grace_s
+            ]
+            if not dropped:
+                continue
+            since = min(worker.unnamed[j] for j in dropped)
+            if worker.last_exchange < since:
+                self._lose(
+                    worker,
+                    f"it holds job(s) {', '.join(dropped)} that its pings have not named for {now - since:.0f}s, "
+                    "and has taken and posted nothing since",
+                )
+                continue
+            for job_id in dropped:
+                worker.unnamed.pop(job_id, None)
+                self._signal_stop(worker, job_id)
+                job = self.store.get(job_id)
+                if job is not None and job.status is JobStatus.IN_PROGRESS:
+                    self._worker_lost(ep, job, f"worker {worker.id} dropped the job (its pings stopped naming it)")
+            self._after_job(worker)
 
     def _timeout(self, job: Job, worker: Worker) -> None:
         log.warning(
