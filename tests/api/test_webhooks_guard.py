@@ -16,7 +16,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from flashpoint.api.webhooks import PublicResolver, WebhookSender, check_webhook_url, private_reason
-from flashpoint.errors import BadInputError
+from flashpoint.config import Settings
+from flashpoint.errors import BadInputError, ConfigError
 from tests.conftest import Served
 
 NOT_PUBLIC = [
@@ -213,3 +214,11 @@ def test_the_server_refuses_a_private_webhook_at_intake_unless_allowed(serve: Ca
     with httpx.Client(base_url=allowed.url, headers=allowed.headers, timeout=30) as client:
         accepted = client.post("/v2/echo/run", json={"input": {"n": 1}, "webhook": "http://127.0.0.1:9/hook"})
         assert accepted.status_code == 200, accepted.text
+
+
+def test_the_allow_flag_reads_from_the_environment() -> None:
+    assert Settings.load({}).allow_private_webhooks is False
+    assert Settings.load({"FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS": "1"}).allow_private_webhooks is True
+    assert Settings.load({"FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS": "0"}).allow_private_webhooks is False
+    with pytest.raises(ConfigError, match="FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS must be 1 or 0"):
+        Settings.load({"FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS": "maybe"})

@@ -1,4 +1,5 @@
-"""API keys of `flashpoint serve`: stripped where they are read; a blank key is refused, not silently accepted."""
+"""Options of `flashpoint serve` checked before anything starts: API keys (stripped where they are read; a blank key
+is refused, not silently accepted) and connection limits."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ def test_an_api_key_variable_of_only_blanks_is_refused(tmp_path: Path) -> None:
     result = serve_cli(tmp_path, "--host", "0.0.0.0", api_key_env=" , ")
     assert isinstance(result.exception, ConfigError), result.output
     assert "FLASHPOINT_API_KEY is set but holds no key" in str(result.exception)
+
+
+def test_connection_limits_must_be_positive(tmp_path: Path) -> None:
+    for option in ("--max-connections", "--header-timeout-s", "--body-timeout-s"):
+        result = serve_cli(tmp_path, option, "0")
+        assert isinstance(result.exception, ConfigError), result.output
+        assert f"{option} must be positive" in str(result.exception)
 
 
 def test_the_server_itself_refuses_a_blank_key() -> None:
