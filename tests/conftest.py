@@ -9,7 +9,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,6 +81,17 @@ async def eventually(check: Callable[[], T], timeout: float = 20.0, what: str = 
         value = check()
         if value:
             return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def eventually_async(
+    check: Callable[[], Awaitable[object]], timeout: float = 20.0, what: str = "condition"
+) -> None:
+    """As ``eventually``, for a check that must be awaited (an SDK call, say)."""
+    deadline = time.monotonic() + timeout
+    while not await check():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.02)

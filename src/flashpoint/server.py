@@ -541,6 +541,7 @@ class Server:
                 # a command's handler takes any JSON input (as on Runpod); functions are checked by signature
                 {name: input_checker(h) for name, h in handles.items() if not isinstance(h, EndpointCommand)},
                 allow_pickle=self.allow_pickle,
+                allow_private_webhooks=self.allow_private_webhooks,
             ),
             max_body_bytes=self.max_body_bytes,
             webhook_retry_delay_s=self.settings.webhook_retry_s,
@@ -554,10 +555,6 @@ class Server:
                 await plane.close()
                 await super().shutdown(sockets)
 
-        # the intake's webhook policy; belongs in the Intake(...) above (kept here while that call is edited elsewhere)
-        from dataclasses import replace
-
-        app.state.intake = replace(app.state.intake, allow_private_webhooks=self.allow_private_webhooks)
         open_files = raise_open_file_limit()
         protocol = CoalescingHttpToolsProtocol.configured(
             max_connections=self.max_connections or default_max_connections(open_files),

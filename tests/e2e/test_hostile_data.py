@@ -11,8 +11,14 @@ import pytest
 
 from flashpoint import Endpoint
 from flashpoint.codec import PICKLE_KEY
+from tests.conftest import eventually_async
 
 pytestmark = pytest.mark.timeout(90)
+
+
+async def _printed(job: Any) -> bool:
+    await job.status()
+    return any(line.startswith("got name-") for line in job.view.logs)
 
 
 class _Bomb:
@@ -62,7 +68,8 @@ async def test_text_utf8_cannot_carry_survives_input_output_error_and_logs(make_
     lone = "name-\udcff-\ud800"
     job = await surrogates.run(lone)
     assert await job.result(timeout=30) == {"echo": lone}
-    assert any(line.startswith("got name-") for line in job.view.logs)
+    # the line it printed reaches the job's logs (lines may arrive just after the result)
+    await eventually_async(lambda: _printed(job), what="the job's log line")
     failed = await surrogates.run(lone, fail=True)
     assert await failed.wait(timeout=30) == "FAILED"
     assert failed.view.error is not None and failed.view.error.message == f"cannot open {lone}"
