@@ -178,6 +178,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
         if match is None:
             proc.kill()
             proc.wait(10)
+            proc.stdout.close()
             raise AssertionError(f"the server did not start (exit {proc.returncode}); last line: {line!r}")
         served = Served(match.group(1), key, proc, db)
         started.append(served)

@@ -256,6 +256,30 @@ def test_loads_bounded_refuses_deeper_nesting_with_a_value_error(depth: int) -> 
         codec.loads_bounded(raw)
 
 
+def test_loads_bounded_takes_scalars_inside_the_deepest_container() -> None:
+    raw = ('{"a":' * 128 + "1" + "}" * 128).encode()
+    assert codec.loads_bounded(raw) is not None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"x": NaN}', b'{"x": Infinity}', b'{"x": -Infinity}', b'{"x": 1e999999}', b"[-1E400]", b'{"x": 10e+308}'],
+)
+def test_loads_bounded_refuses_numbers_json_does_not_have(raw: bytes) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        codec.loads_bounded(raw)
+
+
+@pytest.mark.parametrize("raw", [b'{"x": 1e100}', b'{"x": 1.5E-300}', b'{"x": "1e999 in a string"}'])
+def test_loads_bounded_takes_finite_numbers_with_long_exponents(raw: bytes) -> None:
+    assert codec.loads_bounded(raw) == json.loads(raw)
+
+
+def test_loads_bounded_refuses_integers_with_too_many_digits() -> None:
+    with pytest.raises(ValueError):
+        codec.loads_bounded(b'{"x": ' + b"9" * 10_000 + b"}")
+
+
 def test_loads_bounded_counts_brackets_in_strings_without_refusing_them() -> None:
     raw = json.dumps({"s": "[" * 10_000}).encode()
     assert codec.loads_bounded(raw) == {"s": "[" * 10_000}

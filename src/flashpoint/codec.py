@@ -19,6 +19,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
+from collections.abc import Callable
 from typing import Any
 
 PICKLE_KEY = "__flashpoint_pickle__"
@@ -121,30 +123,44 @@ class JSONTooDeepError(ValueError):
 
 
 def loads_bounded(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``json.loads`` for untrusted bytes: UTF-8 only, and nested at most ``max_depth`` deep (ValueError otherwise).
+    """``json.loads`` for untrusted bytes: strict JSON in UTF-8, nested at most ``max_depth`` deep (ValueError
+    otherwise). ``NaN``, ``Infinity`` and numbers too large for a float (``1e999``) are not JSON, though Python's
+    parser takes them: they are refused too, so every accepted value can be written back as JSON.
 
     Parsing deep nesting costs recursion (Python stops near 1,000 levels with RecursionError) and so does every later
-    encoding of the value; the limit keeps both far away. Counting brackets is C-speed; the exact walk runs only
-    when there are enough of them to matter.
+    encoding of the value; the limit keeps both far away. Counting brackets and looking for long exponents is
+    C-speed; the walks over the parsed value run only when those say they could find something.
     """
     text = raw.decode("utf-8")
-    if raw.count(b"[") + raw.count(b"{") > max_depth:
-        try:
-            value = json.loads(text)
-        except RecursionError:
-            raise JSONTooDeepError(f"JSON nested deeper than {max_depth} levels") from None
-        if _depth_exceeds(value, max_depth):
-            raise JSONTooDeepError(f"JSON nested deeper than {max_depth} levels")
-        return value
-    return json.loads(text)
+    deep = raw.count(b"[") + raw.count(b"{") > max_depth
+    try:
+        value = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise JSONTooDeepError(f"JSON nested deeper than {max_depth} levels") from None
+    if deep and _any_node(value, lambda item, depth: depth > max_depth and isinstance(item, (dict, list))):
+        raise JSONTooDeepError(f"JSON nested deeper than {max_depth} levels")
+    if _LONG_EXPONENT.search(raw) and _any_node(
+        value, lambda item, depth: isinstance(item, float) and math.isinf(item)
+    ):
+        raise ValueError("a number is too large for a 64-bit float (JSON numbers must be finite)")
+    return value
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
+#: an exponent of three or more digits: the only way a JSON number can overflow a float
+_LONG_EXPONENT = re.compile(rb"[eE][+-]?[0-9]{3,}")
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON (numbers must be finite)")
+
+
+def _any_node(value: Any, test: Callable[[Any, int], bool]) -> bool:
+    """Whether ``test(node, depth)`` holds for any node of a parsed JSON value (iterative: no recursion limit)."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        if test(item, depth):
+            return True
         if isinstance(item, (dict, list)):
-            if depth > limit:
-                return True
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
     return False

@@ -69,7 +69,9 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
     if "input" not in data:
         raise BadInputError('the body has no "input"; send {"input": {...}}', code="missing_input")
     payload = data["input"]
-    policy = data.get("policy") or {}
+    policy = data.get("policy")
+    if policy is None:
+        policy = {}
     if not isinstance(policy, dict):
         raise BadInputError('"policy" must be an object, e.g. {"executionTimeout": 600000}', code="bad_request")
     execution_ms = _positive_ms(policy, "executionTimeout", 7 * _DAY_MS)
