@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import pytest
 
@@ -74,26 +74,40 @@ def make_plane(tmp_path: Path) -> Iterator[Callable[..., EmbeddedPlane]]:
         plane.close()
 
 
-async def eventually(check: Callable[[], T], timeout: float = 20.0, what: str = "condition") -> T:
-    """Wait for a condition on real processes, polling it; fail with ``what`` after ``timeout`` seconds."""
+def _polls(timeout: float, what: str) -> Iterator[None]:
+    """One poll now, then one per step, until ``timeout`` seconds pass: then an AssertionError naming ``what``."""
     deadline = time.monotonic() + timeout
     while True:
-        value = check()
-        if value:
-            return value
+        yield
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    """Poll ``check`` (from a thread without an event loop) until it returns something truthy, and return that."""
+    for _ in _polls(timeout, what):
+        if value := check():
+            return value
+        time.sleep(interval)  # the poll interval of a condition with a deadline, not a stand-in for one
+    raise AssertionError("unreachable")
+
+
+async def eventually(check: Callable[[], T], timeout: float = 20.0, what: str = "condition") -> T:
+    """Wait for a condition on real processes, polling it; fail with ``what`` after ``timeout`` seconds."""
+    for _ in _polls(timeout, what):
+        if value := check():
+            return value
         await asyncio.sleep(0.02)
+    raise AssertionError("unreachable")
 
 
 async def eventually_async(
     check: Callable[[], Awaitable[object]], timeout: float = 20.0, what: str = "condition"
 ) -> None:
     """As ``eventually``, for a check that must be awaited (an SDK call, say)."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    for _ in _polls(timeout, what):
+        if await check():
+            return
         await asyncio.sleep(0.02)
 
 
@@ -118,6 +132,35 @@ def held_devices(plane: EmbeddedPlane) -> list[dict[str, Any]]:
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_GPUS = "NVIDIA_H200:2,NVIDIA_A100_80GB_PCIe:2"
+
+
+def start_serve_process(
+    command: list[str],
+    env: dict[str, str],
+    *,
+    stderr: IO[str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> tuple[subprocess.Popen[str], str]:
+    """Start a `flashpoint serve` command and wait (60 s at most) for its "serving ... on URL" line: (process, URL).
+    A server that does not start is killed, and the AssertionError says how it ended."""
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, preexec_fn=preexec_fn
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    line = ""
+    while time.monotonic() < deadline and proc.poll() is None:
+        if select.select([proc.stdout], [], [], 0.5)[0]:
+            line = proc.stdout.readline()
+            if "flashpoint serving" in line:
+                break
+    match = re.search(r" on (http://\S+) ", line)
+    if match is None:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+        raise AssertionError(f"the server did not start (exit {proc.returncode}); last line: {line!r}")
+    return proc, match.group(1)
 
 
 @dataclass
@@ -164,23 +207,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
             **(env or {}),
         }
         command = [sys.executable, "-m", "flashpoint", "serve", str(ROOT / app), "--port", "0", "--db", str(db), *args]
-        proc = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 60
-        line = ""
-        while time.monotonic() < deadline and proc.poll() is None:
-            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-            if ready:
-                line = proc.stdout.readline()
-                if "flashpoint serving" in line:
-                    break
-        match = re.search(r" on (http://\S+) ", line)
-        if match is None:
-            proc.kill()
-            proc.wait(10)
-            proc.stdout.close()
-            raise AssertionError(f"the server did not start (exit {proc.returncode}); last line: {line!r}")
-        served = Served(match.group(1), key, proc, db)
+        proc, url = start_serve_process(command, environment)
+        served = Served(url, key, proc, db)
         started.append(served)
         return served
 

@@ -1,37 +1,25 @@
-"""Helpers of the hardening tests: polling with deadlines, strict JSON, and finding a server's worker processes in
+"""Helpers of the hardening tests: strict JSON, and finding a server's worker processes in
 /proc (Linux). Only processes whose environment names a server these tests started are ever looked at closely."""
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-T = TypeVar("T")
+from tests.conftest import until
+
+__all__ = ["APP", "Proc", "kill_worker", "strict_json", "until", "worker_processes"]
 
 #: the app every hardening test serves (relative to the repository root, as the ``serve`` fixture takes it)
 APP = "tests/hardening/hardening_app.py"
 
 if not Path("/proc/self/stat").is_file():  # pragma: no cover - CI runs on Linux
     pytest.skip("the hardening tests find worker processes in /proc (Linux only)", allow_module_level=True)
-
-
-def until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll ``check`` until it returns something truthy and return that; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)  # the poll interval of a condition with a deadline, not a stand-in for one
 
 
 def _refuse_constant(name: str) -> Any:

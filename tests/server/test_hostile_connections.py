@@ -4,9 +4,7 @@ half-sent requests, stalled bodies, more connections than the process may open, 
 from __future__ import annotations
 
 import os
-import re
 import resource
-import select
 import socket
 import subprocess
 import sys
@@ -14,11 +12,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, start_serve_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -67,23 +66,13 @@ def edge(tmp_path: Path) -> Iterator[Callable[..., Edge]]:
         command = [sys.executable, "-m", "flashpoint", "serve", str(ROOT / "tests/apps/runpod_app.py"),
                    "--port", "0", "--db", str(tmp_path / f"jobs-{len(started)}.db"), *args]  # fmt: skip
         with log.open("w") as err:
-            proc = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=limit
-            )
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 60
-        line = ""
-        while time.monotonic() < deadline and proc.poll() is None:
-            if select.select([proc.stdout], [], [], 0.5)[0]:
-                line = proc.stdout.readline()
-                if "flashpoint serving" in line:
-                    break
-        match = re.search(r" on http://([\d.]+):(\d+) ", line)
-        if match is None:
-            proc.kill()
-            proc.wait(10)
-            raise AssertionError(f"the server did not start (exit {proc.returncode}): {log.read_text()[-2000:]}")
-        served = Edge(match.group(1), int(match.group(2)), log, proc)
+            try:
+                proc, url = start_serve_process(command, env, stderr=err, preexec_fn=limit)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: {log.read_text()[-2000:]}") from None
+        where = urlsplit(url)
+        assert where.hostname is not None and where.port is not None
+        served = Edge(where.hostname, where.port, log, proc)
         started.append(served)
         return served
 
