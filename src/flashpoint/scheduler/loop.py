@@ -741,8 +741,8 @@ class ControlPlane:
     def ping(self, endpoint: str, worker_id: str, job_ids: list[str] | None = None) -> None:
         """A heartbeat; ``job_ids`` are the jobs the worker says it runs (Runpod's ping ``job_id``), when it says.
 
-        A job the worker holds but its pings stop naming was lost inside the worker (a wedged worker that keeps
-        pinging): past ``lost_job_grace_s`` the tick's watchdog counts the worker as lost.
+        A job the worker holds but its pings stop naming was lost inside the worker: past ``lost_job_grace_s`` the
+        tick's watchdog (``_watch_workers``) gives it back to the queue, and loses the worker if it is wedged.
         """
         worker = self._worker(endpoint, worker_id, exchange=False)
         if worker is None or job_ids is None:
