@@ -207,7 +207,9 @@ def test_the_server_refuses_a_private_webhook_at_intake_unless_allowed(serve: Ca
             refused = client.post("/v2/echo/run", json={"input": {"n": 1}, "webhook": url})
             assert refused.status_code == 400, refused.text
             assert refused.json()["code"] == "bad_request" and "--allow-private-webhooks" in refused.json()["error"]
-        named = client.post("/v2/echo/run", json={"input": {"n": 1}, "webhook": "http://hooks.invalid/x"})
+        # a name passes intake (it is checked where it resolves, at delivery); a job that is still running when the
+        # server stops is put back in the queue, not ended, so no delivery (and no name lookup) ever happens here
+        named = client.post("/v2/slow/run", json={"input": {"seconds": 60}, "webhook": "http://hooks.invalid/x"})
         assert named.status_code == 200 and named.json()["status"] == "IN_QUEUE"
     strict.stop()
     allowed = serve(env={"FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS": "1"})
