@@ -114,6 +114,9 @@ def json_bytes(value: Any) -> bytes:
         return json.dumps(value).encode("ascii")
 
 
+#: the largest result (or batch of results) a worker may post by default: ``serve --max-result-mb``
+MAX_RESULT_BYTES = 32 * 1024 * 1024
+
 #: the deepest nesting of arrays and objects a request body may have
 MAX_JSON_DEPTH = 128
 

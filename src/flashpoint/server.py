@@ -40,7 +40,7 @@ from flashpoint.explain import Explanation
 from flashpoint.fleet import discover
 from flashpoint.jobhandle import job_failure
 from flashpoint.jobs import JobStatus, JobView
-from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.loop import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, ControlPlane
 from flashpoint.store.memory import MemoryJobStore
 
 log = logging.getLogger("flashpoint")
@@ -450,9 +450,9 @@ class Server:
         max_connections: int | None = None,
         header_timeout_s: float = 10.0,
         body_timeout_s: float = 60.0,
-        max_result_bytes: int = 32 * 1024 * 1024,
-        max_queued_jobs: int = 100_000,
-        max_queued_bytes: int = 1024 * 1024 * 1024,
+        max_result_bytes: int = codec.MAX_RESULT_BYTES,
+        max_queued_jobs: int = MAX_QUEUED_JOBS,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
     ) -> None:
         if any(not key.strip() for key in api_keys):
             raise ConfigError(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import logging
 import socket
 from typing import Any
@@ -22,6 +21,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from flashpoint import codec
 from flashpoint.errors import BadInputError
 from flashpoint.jobs import JobView
 from flashpoint.scheduler.loop import ControlPlane
@@ -138,9 +138,9 @@ class WebhookSender:
     async def deliver(self, url: str, body: dict[str, Any]) -> bool:
         """Post ``body`` to ``url`` until a 2xx, at most ``attempts`` times; whether it was delivered.
 
-        The body is JSON with non-ASCII characters escaped, so strings holding lone UTF-16 surrogates survive.
+        The body is ``codec.json_bytes``: strings holding lone UTF-16 surrogates survive as escapes.
         """
-        payload = json.dumps(body).encode()
+        payload = codec.json_bytes(body)
         job = body.get("id")
         for attempt in range(1, self.attempts + 1):
             try:

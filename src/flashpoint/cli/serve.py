@@ -12,9 +12,13 @@ from typing import Annotated
 
 import typer
 
+from flashpoint import codec
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
+from flashpoint.scheduler.loop import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.server import Server
+
+_MIB = 1024 * 1024
 
 
 def serve(
@@ -71,13 +75,13 @@ def serve(
     ] = 60.0,
     max_result_mb: Annotated[
         float, typer.Option(help="Largest result a worker may post, in MiB; a larger output fails its job.")
-    ] = 32.0,
+    ] = codec.MAX_RESULT_BYTES / _MIB,
     max_queued_jobs: Annotated[
         int, typer.Option(help="Most jobs waiting in all queues; past it /run answers 429 queue_full.")
-    ] = 100_000,
+    ] = MAX_QUEUED_JOBS,
     max_queued_mb: Annotated[
         float, typer.Option(help="Most MiB of input waiting in all queues; past it /run answers 429 queue_full.")
-    ] = 1024.0,
+    ] = MAX_QUEUED_BYTES / _MIB,
 ) -> None:
     """Serve the endpoints of APP: Runpod's /v2 API, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
@@ -101,15 +105,15 @@ def serve(
         port=port,
         db=db,
         api_keys=tuple(keys),
-        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        max_body_bytes=int(max_body_mb * _MIB),
         allow_pickle=allow_pickle,
         allow_private_webhooks=allow_private_webhooks or settings.allow_private_webhooks,
         max_connections=max_connections,
         header_timeout_s=header_timeout_s,
         body_timeout_s=body_timeout_s,
-        max_result_bytes=int(max_result_mb * 1024 * 1024),
+        max_result_bytes=int(max_result_mb * _MIB),
         max_queued_jobs=max_queued_jobs,
-        max_queued_bytes=int(max_queued_mb * 1024 * 1024),
+        max_queued_bytes=int(max_queued_mb * _MIB),
     ).run()
 
 

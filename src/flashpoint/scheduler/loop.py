@@ -57,6 +57,9 @@ MAX_JOB_LOG_LINES = 1000
 SET_ASIDE_S = 60.0
 #: what explanations name as the holder of devices set aside
 SET_ASIDE = "(set aside: a worker placed there was not ready in time)"
+#: default caps of the queues, all endpoints together (``serve --max-queued-jobs`` / ``--max-queued-mb``)
+MAX_QUEUED_JOBS = 100_000
+MAX_QUEUED_BYTES = 1024 * 1024 * 1024
 #: the longest pause before starting again after a starting worker was killed from outside (not a failed start)
 LOST_START_BACKOFF_MAX_S = 5.0
 #: job ids are ours: 24 hex characters and "-fp"; anything else names no job (and never reaches the store)
@@ -178,9 +181,9 @@ class ControlPlane:
         requeue_on_close: bool = False,
         ping_interval_s: float = 10.0,
         lost_job_grace_s: float | None = None,
-        max_result_bytes: int = 32 * 1024 * 1024,
-        max_queued_jobs: int = 100_000,
-        max_queued_bytes: int = 1024 * 1024 * 1024,
+        max_result_bytes: int = codec.MAX_RESULT_BYTES,
+        max_queued_jobs: int = MAX_QUEUED_JOBS,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
     ) -> None:
         self.store = store
         self.backend = backend

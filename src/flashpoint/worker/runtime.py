@@ -267,7 +267,7 @@ class Runtime:
         concurrency: int = 1,
         ping_interval_s: float = 10.0,
         parent_pid: int | None = None,
-        max_post_bytes: int = 32 * 1024 * 1024,
+        max_post_bytes: int = codec.MAX_RESULT_BYTES,
     ) -> None:
         self.handler = handler
         self.urls = urls
@@ -533,7 +533,7 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
         concurrency=int(env.get("FLASHPOINT_MAX_CONCURRENCY", "1")),
         ping_interval_s=max(1.0, int(env.get("RUNPOD_PING_INTERVAL", "10000")) / 1000),
         parent_pid=int(parent) if parent else None,
-        max_post_bytes=int(env.get("FLASHPOINT_MAX_RESULT_BYTES", str(32 * 1024 * 1024))),
+        max_post_bytes=int(env.get("FLASHPOINT_MAX_RESULT_BYTES", str(codec.MAX_RESULT_BYTES))),
     )
     try:
         import uvloop
