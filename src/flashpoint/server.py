@@ -143,6 +143,11 @@ class EmbeddedPlane:
 
         self._stop = asyncio.Event()
         backend, worker_env, parent_pid = open_backend(self.settings, self.settings.simulated_gpus)
+        # Workers on other nodes (Ray) reach the plane where FLASHPOINT_WORKER_URL says; every route needs a key
+        where = urlsplit(self.settings.worker_url) if self.settings.worker_url else None
+        host = (where.hostname if where else None) or "127.0.0.1"
+        sock = _worker_socket(host, (where.port if where else None) or 0)
+        self.url = _url(host, sock.getsockname()[1])
         self.plane = ControlPlane(
             MemoryJobStore(),
             backend,
@@ -151,16 +156,11 @@ class EmbeddedPlane:
             worker_env=worker_env,
             parent_pid=parent_pid,
             node=self.settings.node,
+            base_url=self.url,
         )
         # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
         native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))
         app = Starlette(routes=[*worker_routes(self.plane), native])
-        # Workers on other nodes (Ray) reach the plane where FLASHPOINT_WORKER_URL says; every route needs a key
-        where = urlsplit(self.settings.worker_url) if self.settings.worker_url else None
-        host = (where.hostname if where else None) or "127.0.0.1"
-        sock = _worker_socket(host, (where.port if where else None) or 0)
-        self.url = _url(host, sock.getsockname()[1])
-        self.plane.base_url = self.url
         open_files = raise_open_file_limit()
         config = uvicorn.Config(
             app,
@@ -249,11 +249,12 @@ class EmbeddedPlane:
 
     async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None:
         def run() -> None:
-            if target.pickled is not None and spec.name not in self.plane.target_files:
+            path = None
+            if target.pickled is not None:
                 path = Path(self._tmp.name) / f"{spec.name}.pkl"
-                path.write_bytes(target.pickled)
-                self.plane.target_files[spec.name] = str(path)
-            self.plane.register(spec, target)
+                if not path.exists():
+                    path.write_bytes(target.pickled)
+            self.plane.register(spec, target, str(path) if path else None)
 
         await self._compute(run)
 
@@ -500,6 +501,10 @@ class Server:
         simulated = self.settings.simulated_gpus or os.environ.get("FLASHPOINT_SIMULATED_GPUS") or None
         backend, worker_env, parent_pid = open_backend(self.settings, simulated)
         store = SQLiteJobStore(self.db)
+        sock = _worker_socket(self.host, self.port)
+        port = sock.getsockname()[1]
+        # local workers reach a wildcard-bound server on loopback; workers on other nodes where the user says
+        worker_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         plane = ControlPlane(
             store,
             backend,
@@ -512,12 +517,8 @@ class Server:
             max_result_bytes=self.max_result_bytes,
             max_queued_jobs=self.max_queued_jobs,
             max_queued_bytes=self.max_queued_bytes,
+            base_url=self.settings.worker_url or _url(worker_host, port),
         )
-        sock = _worker_socket(self.host, self.port)
-        port = sock.getsockname()[1]
-        # local workers reach a wildcard-bound server on loopback; workers on other nodes where the user says
-        worker_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        plane.base_url = self.settings.worker_url or _url(worker_host, port)
 
         async def startup() -> None:
             await plane.start()

@@ -104,7 +104,7 @@ class PlaneMetrics:
         self._counters: dict[tuple[str, str, str], Counter] = {}
         self._delays: dict[str, Histogram] = {}
         self._executions: dict[str, Histogram] = {}
-        plane.listeners.append(self.observe)
+        self._unsubscribe = plane.listen(self.observe)
 
     def observe(self, view: JobView) -> None:
         """Record a job that reached a terminal state (the plane calls this for every one)."""
@@ -132,8 +132,7 @@ class PlaneMetrics:
 
     def close(self) -> None:
         """Stop observing the plane's jobs."""
-        if self.observe in self.plane.listeners:
-            self.plane.listeners.remove(self.observe)
+        self._unsubscribe()
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric; call it on the plane's event loop."""

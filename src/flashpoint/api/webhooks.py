@@ -190,7 +190,7 @@ class Webhooks:
             attempts=attempts, retry_delay_s=retry_delay_s, timeout_s=timeout_s, allow_private=allow_private
         )
         self._tasks: set[asyncio.Task[bool]] = set()
-        plane.listeners.append(self.on_terminal)
+        plane.listen(self.on_terminal)
 
     def on_terminal(self, view: JobView) -> None:
         if view.webhook is None:

@@ -184,6 +184,7 @@ class ControlPlane:
         max_result_bytes: int = codec.MAX_RESULT_BYTES,
         max_queued_jobs: int = MAX_QUEUED_JOBS,
         max_queued_bytes: int = MAX_QUEUED_BYTES,
+        base_url: str = "",
     ) -> None:
         self.store = store
         self.backend = backend
@@ -206,7 +207,8 @@ class ControlPlane:
         self.python = python
         self.worker_env = dict(worker_env or {})
         self.parent_pid = parent_pid
-        self.base_url = ""
+        #: where workers reach the plane's worker routes
+        self.base_url = base_url
         #: a durable plane puts running jobs back in the queue when it closes; an embedded one cancels them
         self.requeue_on_close = requeue_on_close
         self.node = node
@@ -318,7 +320,21 @@ class ControlPlane:
     # ----------------------------------------------------------------------------------------------------------------
     # endpoints and jobs (called by the SDK bridge and the HTTP API, on this loop)
 
-    def register(self, spec: EndpointSpec, target: WorkerTarget) -> None:
+    def listen(self, callback: Callable[[JobView], None]) -> Callable[[], None]:
+        """Call ``callback(view)`` for every job that reaches a terminal state, once that is durable; returns an
+        unsubscribe."""
+        self.listeners.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self.listeners:
+                self.listeners.remove(callback)
+
+        return unsubscribe
+
+    def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
+        """Add an endpoint; ``code_file`` holds its pickled code when ``target`` names no import path or command."""
+        if code_file is not None:
+            self.target_files.setdefault(spec.name, code_file)
         existing = self.endpoints.get(spec.name)
         if existing is not None:
             if existing.spec != spec:
