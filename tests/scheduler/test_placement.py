@@ -9,7 +9,8 @@ import pytest
 
 from flashpoint.explain import Code, Reason
 from flashpoint.gpus import ANY_GPU, MODELS, Candidate, GpuGroup, GPUModel, GpuType, candidates, model_of
-from flashpoint.scheduler.inventory import Device, Holder, Inventory
+from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import Device, Holder
 from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
 
 H200 = model_of(GpuType.NVIDIA_H200)
@@ -31,8 +32,35 @@ def dev(node: str, index: int, model: GPUModel | str) -> Device:
     return Device(node, index, model.name, model, model.vram_gb * 1024, simulated=True)
 
 
-def held(endpoint: str, *, yieldable: bool = False, worker: str | None = None) -> Holder:
-    return Holder(worker or f"w-{endpoint}", endpoint, yieldable)
+#: the endpoints whose workers may yield in these tables (placement asks the caller, through ``yieldable``)
+IDLE_PREFIX = "idle"
+
+
+def held(endpoint: str, *, worker: str | None = None) -> Holder:
+    """A holder; it may yield when its endpoint's name starts with "idle"."""
+    return Holder(worker or f"w-{endpoint}", endpoint)
+
+
+def idle(holder: Holder) -> bool:
+    return holder.endpoint.startswith(IDLE_PREFIX)
+
+
+def fleet(devices: tuple[Device, ...], holders: dict[tuple[str, int], Holder] | None = None) -> FleetIndex:
+    """An index of ``devices`` with ``holders`` holding their devices."""
+    index = FleetIndex(devices)
+    by_key = {d.key: d for d in devices}
+    for key, holder in (holders or {}).items():
+        index.hold((by_key[key],), holder)
+    return index
+
+
+def placed(
+    cands: tuple[Candidate, ...],
+    gpu_count: int,
+    devices: tuple[Device, ...],
+    holders: dict[tuple[str, int], Holder] | None = None,
+) -> Fit | NoFit:
+    return place(cands, gpu_count, fleet(devices, holders), idle)
 
 
 @dataclass(frozen=True)
@@ -50,7 +78,7 @@ class Case:
 
 
 def run(case: Case) -> Fit | NoFit:
-    return place(case.cands, case.gpu_count, Inventory(case.devices, case.holders))
+    return placed(case.cands, case.gpu_count, case.devices, case.holders)
 
 
 # --- the first fit in declared order wins ------------------------------------------------------------------------
@@ -190,11 +218,11 @@ def test_place_fits(case: Case) -> None:
 def test_declared_order_follows_the_h200_as_it_is_held_and_freed() -> None:
     devices = ONE_NODE
     # Given the H200 is free, it wins
-    first = place(H200_THEN_A80, 1, Inventory(devices))
+    first = placed(H200_THEN_A80, 1, devices)
     # When another endpoint holds it, the A100 is taken
-    second = place(H200_THEN_A80, 1, Inventory(devices, {("a", 1): held("llm")}))
+    second = placed(H200_THEN_A80, 1, devices, {("a", 1): held("llm")})
     # Then, once it is freed, the H200 wins again
-    third = place(H200_THEN_A80, 1, Inventory(devices, {}))
+    third = placed(H200_THEN_A80, 1, devices, {})
 
     assert isinstance(first, Fit) and isinstance(second, Fit) and isinstance(third, Fit)
     assert [f.devices[0].model for f in (first, second, third)] == [H200, A100_PCIE, H200]
@@ -211,7 +239,7 @@ def test_device_with_an_equal_model_copy_matches() -> None:
     assert copy == H200
     device = Device("b", 0, copy.name, copy, copy.vram_gb * 1024, simulated=True)
 
-    result = place((H200,), 1, Inventory((device,)))
+    result = placed((H200,), 1, (device,))
 
     assert isinstance(result, Fit)
     assert result.devices == (device,)
@@ -302,7 +330,7 @@ NO_FIT_CASES = {
     "non-yieldable-holder-is-busy": NoFitCase(
         (dev("a", 0, H200),),
         (H200,),
-        {("a", 0): held("llm", yieldable=False)},
+        {("a", 0): held("llm")},
         1,
         (("NVIDIA H200", Code.BUSY, ("llm",), "llm"),),
         False,
@@ -311,7 +339,7 @@ NO_FIT_CASES = {
     "count2-half-yieldable-is-busy": NoFitCase(
         (dev("a", 0, H200), dev("a", 1, H200)),
         (H200,),
-        {("a", 0): held("idle", yieldable=True), ("a", 1): held("llm")},
+        {("a", 0): held("idle"), ("a", 1): held("llm")},
         2,
         (("NVIDIA H200", Code.BUSY, ("idle", "llm"), "held by"),),
         False,
@@ -321,7 +349,7 @@ NO_FIT_CASES = {
 
 @pytest.mark.parametrize("case", NO_FIT_CASES.values(), ids=NO_FIT_CASES.keys())
 def test_place_no_fit_reasons(case: NoFitCase) -> None:
-    result = place(case.cands, case.gpu_count, Inventory(case.devices, case.holders))
+    result = placed(case.cands, case.gpu_count, case.devices, case.holders)
 
     assert isinstance(result, NoFit), result
     assert [(r.candidate, r.code, r.holders) for r in result.reasons] == [
@@ -337,7 +365,7 @@ def test_busy_detail_counts_free_devices_on_one_node() -> None:
     devices = (dev("a", 0, H200), dev("a", 1, H200), dev("b", 0, H200), dev("b", 1, H200))
     holders = {("a", 0): held("x"), ("b", 0): held("y")}
 
-    result = place((H200,), 2, Inventory(devices, holders))
+    result = placed((H200,), 2, devices, holders)
 
     # Then the reason says one node has at most one free (two are free in all, but on different nodes)
     assert isinstance(result, NoFit)
@@ -366,10 +394,10 @@ def test_never_only_when_every_reason_is_not_in_fleet(codes: tuple[Code, ...], n
 
 
 def test_yieldable_holder_is_reclaimed() -> None:
-    holder = held("idle", yieldable=True)
+    holder = held("idle")
     devices = (dev("a", 0, H200),)
 
-    result = place((H200,), 1, Inventory(devices, {("a", 0): holder}))
+    result = placed((H200,), 1, devices, {("a", 0): holder})
 
     assert isinstance(result, Fit)
     assert result.devices == devices
@@ -378,10 +406,10 @@ def test_yieldable_holder_is_reclaimed() -> None:
 
 def test_earlier_candidate_needing_reclaim_beats_later_free_candidate() -> None:
     # Documented policy: declared order beats yielding.
-    holder = held("idle", yieldable=True)
+    holder = held("idle")
     devices = (dev("a", 0, H200), dev("a", 1, A100_PCIE))
 
-    result = place(H200_THEN_A80, 1, Inventory(devices, {("a", 0): holder}))
+    result = placed(H200_THEN_A80, 1, devices, {("a", 0): holder})
 
     assert isinstance(result, Fit)
     assert result.candidate is H200
@@ -392,7 +420,7 @@ def test_earlier_candidate_needing_reclaim_beats_later_free_candidate() -> None:
 def test_free_device_preferred_over_reclaim_on_the_same_node() -> None:
     devices = (dev("a", 0, H200), dev("a", 1, H200))
 
-    result = place((H200,), 1, Inventory(devices, {("a", 0): held("idle", yieldable=True)}))
+    result = placed((H200,), 1, devices, {("a", 0): held("idle")})
 
     assert isinstance(result, Fit)
     assert result.devices == (devices[1],)
@@ -402,7 +430,7 @@ def test_free_device_preferred_over_reclaim_on_the_same_node() -> None:
 def test_free_node_preferred_over_reclaim_on_an_earlier_node() -> None:
     devices = (dev("a", 0, H200), dev("b", 0, H200))
 
-    result = place((H200,), 1, Inventory(devices, {("a", 0): held("idle", yieldable=True)}))
+    result = placed((H200,), 1, devices, {("a", 0): held("idle")})
 
     assert isinstance(result, Fit)
     assert (result.node, result.devices, result.reclaim) == ("b", (devices[1],), ())
@@ -410,10 +438,10 @@ def test_free_node_preferred_over_reclaim_on_an_earlier_node() -> None:
 
 def test_reclaim_uses_free_devices_first_and_stops_as_few_workers_as_possible() -> None:
     # Given three H200s: one held by an idle worker, one free, one held by another idle worker
-    first, second = held("idle-a", yieldable=True, worker="w1"), held("idle-b", yieldable=True, worker="w2")
+    first, second = held("idle-a", worker="w1"), held("idle-b", worker="w2")
     devices = (dev("a", 0, H200), dev("a", 1, H200), dev("a", 2, H200))
 
-    result = place((H200,), 2, Inventory(devices, {("a", 0): first, ("a", 2): second}))
+    result = placed((H200,), 2, devices, {("a", 0): first, ("a", 2): second})
 
     # Then the free device comes first, one held device (in fleet order) makes the pair, one worker is stopped
     assert isinstance(result, Fit)
@@ -422,10 +450,10 @@ def test_reclaim_uses_free_devices_first_and_stops_as_few_workers_as_possible() 
 
 
 def test_reclaim_names_a_worker_holding_two_devices_once() -> None:
-    holder = held("idle", yieldable=True, worker="w1")
+    holder = held("idle", worker="w1")
     devices = (dev("a", 0, H200), dev("a", 1, H200))
 
-    result = place((H200,), 2, Inventory(devices, {("a", 0): holder, ("a", 1): holder}))
+    result = placed((H200,), 2, devices, {("a", 0): holder, ("a", 1): holder})
 
     assert isinstance(result, Fit)
     assert result.devices == devices
@@ -438,7 +466,7 @@ def test_reclaim_names_a_worker_holding_two_devices_once() -> None:
 def test_feasible_ignores_holders() -> None:
     devices = (dev("a", 0, H200),)
     # every device is held, so placement says busy ...
-    assert isinstance(place((H200,), 1, Inventory(devices, {("a", 0): held("llm")})), NoFit)
+    assert isinstance(placed((H200,), 1, devices, {("a", 0): held("llm")}), NoFit)
     # ... but the request could fit on this fleet
     assert feasible((H200,), 1, devices) is None
 

@@ -69,23 +69,20 @@ def fleet_summary(devices: Sequence[Device]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Holder:
-    """Who holds a device: a worker of an endpoint."""
+    """Who holds a device: a worker of an endpoint. Whether it may give the device up is decided by the caller of
+    ``placement.place`` at decision time (its ``yieldable`` predicate), not stored here."""
 
     worker_id: str
     endpoint: str
-    #: an idle worker above its endpoint's minimum may be asked to give its devices up
-    yieldable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    """A snapshot of the fleet: every device, in fleet order, and who holds it."""
+    """A snapshot of the fleet: every device, in fleet order, and who holds it.
+
+    Transitional: ``placement.place`` still accepts it (building a ``FleetIndex`` from it on each call) for callers
+    not yet switched to ``scheduler.index.FleetIndex``, which is what the engine keeps.
+    """
 
     devices: tuple[Device, ...]
     holders: dict[tuple[str, int], Holder] = field(default_factory=dict)
-
-    def holder(self, device: Device) -> Holder | None:
-        return self.holders.get(device.key)
-
-    def is_free(self, device: Device) -> bool:
-        return device.key not in self.holders

@@ -37,7 +37,8 @@ from flashpoint.gpus import describe
 from flashpoint.jobs import DEFAULT_TTL_MS, Job, JobError, JobStatus, JobView, Placement, Reason
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
-from flashpoint.scheduler.inventory import Device, Holder, Inventory, fleet_summary
+from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import Device, Holder, fleet_summary
 from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
 from flashpoint.spec import EndpointSpec, ServerlessScalerType, WorkerTarget
 from flashpoint.store.base import JobStore
@@ -845,27 +846,29 @@ class ControlPlane:
     # ----------------------------------------------------------------------------------------------------------------
     # workers: start, output, exit, stop
 
-    def _inventory(self) -> Inventory:
-        holders: dict[tuple[str, int], Holder] = {}
+    def _inventory(self) -> tuple[FleetIndex, Callable[[Holder], bool]]:
+        index = FleetIndex(self.devices)
+        idle: set[str] = set()
         for worker in self.workers.values():
             ep = self.endpoints[worker.endpoint]
-            yieldable = (
+            if (
                 worker.state is WorkerState.IDLE
                 and worker.live
                 and not worker.jobs
                 and ep.queued == 0
                 and len(ep.live_workers()) > ep.spec.workers_min
-            )
-            for device in worker.devices:
-                holders[device.key] = Holder(worker.id, worker.endpoint, yieldable)
+            ):
+                idle.add(worker.id)
+            index.hold([d for d in worker.devices if index.is_free(d)], Holder(worker.id, worker.endpoint))
         if self._set_aside:
             now = time.monotonic()
+            by_key = {d.key: d for d in index.devices}
             for key, until in list(self._set_aside.items()):
                 if until <= now:
                     del self._set_aside[key]
-                else:
-                    holders.setdefault(key, Holder("", SET_ASIDE))
-        return Inventory(tuple(self.devices), holders)
+                elif key in by_key and index.is_free(by_key[key]):
+                    index.hold((by_key[key],), Holder("", SET_ASIDE))
+        return index, lambda holder: holder.worker_id in idle
 
     def _desired(self, ep: EndpointState, now: float) -> int:
         spec = ep.spec
@@ -935,7 +938,8 @@ class ControlPlane:
                 self._start_worker(ep, (), None)
                 live = ep.live_workers()
                 continue
-            result = place(spec.candidates, spec.gpu_count, self._inventory())
+            index, yieldable = self._inventory()
+            result = place(spec.candidates, spec.gpu_count, index, yieldable)
             if isinstance(result, NoFit):
                 waiting.extend(result.reasons)
                 break
@@ -1372,7 +1376,7 @@ class ControlPlane:
         return position
 
     def fleet_view(self) -> list[dict[str, Any]]:
-        inventory = self._inventory()
+        inventory, _ = self._inventory()
         rows = []
         for d in self.devices:
             holder = inventory.holder(d)

@@ -1,0 +1,322 @@
+"""The fleet index: every device, who holds it, and free counts kept per model and node, so placement finds a fit
+without scanning the fleet.
+
+Pure (no I/O, no clock, no asyncio). The engine keeps one index for its fleet: ``hold`` when it hands devices to a
+worker, ``release`` when the worker is gone, ``replace`` when the fleet changes. ``placement.place`` reads it.
+
+Layout. A *key* is what one candidate matches: one key per catalog model present (its devices with ``model`` equal
+to that model) and one key for ``ANY_GPU`` (every device, recognised or not). Within a key, the devices are split
+into *groups* ``(node, model_name)``, the unit a worker may use (one model on one node). Groups are numbered in
+fleet order (the order of their first device), and each keeps its devices' fleet positions in fleet order and its
+free count. A device belongs to two groups: its model's and ANY's.
+
+Invariants, kept by ``hold``/``release`` in O(log groups) each, checked against a plain scan by
+tests/scheduler/test_index.py:
+
+- ``group.free`` is the number of devices of the group that nobody holds;
+- ``key.buckets[c]`` is the sorted list of the numbers of the key's groups with exactly ``c`` free devices, so the
+  first group in fleet order with at least ``n`` free is the least head of ``buckets[n:]``;
+- ``key.endpoints[e]`` is the number of the key's devices held by workers of endpoint ``e`` (never 0: an endpoint
+  that holds nothing there is dropped), so "held by ..." texts read it instead of the devices.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterator, Sequence
+
+from flashpoint.gpus import AnyGPU, Candidate, GPUModel
+from flashpoint.scheduler.inventory import Device, Holder
+
+__all__ = ["FleetIndex"]
+
+
+class _Group:
+    """The devices of one model on one node, as one key sees them."""
+
+    __slots__ = ("free", "key", "node", "number", "slots")
+
+    def __init__(self, key: _Key, number: int, node: str) -> None:
+        self.key = key
+        #: the group's place among its key's groups, in fleet order
+        self.number = number
+        self.node = node
+        #: fleet positions of its devices, in fleet order
+        self.slots: list[int] = []
+        self.free = 0
+
+
+class _Key:
+    """What one candidate matches: its groups in fleet order, bucketed by free count, and who holds its devices."""
+
+    __slots__ = ("buckets", "endpoints", "groups", "largest")
+
+    def __init__(self) -> None:
+        self.groups: list[_Group] = []
+        self.buckets: list[list[int]] = []
+        self.endpoints: dict[str, int] = {}
+        #: the size of its largest group: the most devices a worker could ever get from it
+        self.largest = 0
+
+
+class FleetIndex:
+    """The fleet in fleet order, who holds which device, and per model and node how many are free."""
+
+    __slots__ = ("_any", "_coarse", "_devices", "_held", "_holders", "_models", "_position", "_where")
+
+    def __init__(self, devices: Sequence[Device] = ()) -> None:
+        self._build(devices)
+        self._holders: dict[tuple[str, int], Holder] = {}
+
+    def _build(self, devices: Sequence[Device]) -> None:
+        self._devices = tuple(devices)
+        self._position: dict[tuple[str, int], int] = {}
+        for position, device in enumerate(self._devices):
+            if device.key in self._position:
+                raise ValueError(f"the fleet lists device {device.index} of {device.node} twice")
+            self._position[device.key] = position
+        #: the holder of the device at each fleet position
+        self._held: list[Holder | None] = [None] * len(self._devices)
+        #: model name -> (model, key): looked up by name (a str hash), then compared, since models are dataclasses
+        self._models: dict[str, list[tuple[GPUModel, _Key]]] = {}
+        self._any = _Key()
+        #: the groups each device belongs to, by fleet position
+        self._where: list[tuple[_Group, ...]] = []
+        #: coarse unrecognised devices, for the hint that one may be the model asked for
+        self._coarse = tuple(d for d in self._devices if d.coarse and d.model is None)
+        any_groups: dict[tuple[str, str], _Group] = {}
+        model_groups: dict[tuple[GPUModel, str], _Group] = {}
+        for position, device in enumerate(self._devices):
+            group = any_groups.get((device.node, device.model_name))
+            if group is None:
+                group = any_groups[(device.node, device.model_name)] = _Group(
+                    self._any, len(self._any.groups), device.node
+                )
+                self._any.groups.append(group)
+            group.slots.append(position)
+            model = device.model
+            if model is None:
+                self._where.append((group,))
+                continue
+            own = model_groups.get((model, device.node))
+            if own is None:
+                key = self._key(model, create=True)
+                assert key is not None
+                own = model_groups[(model, device.node)] = _Group(key, len(key.groups), device.node)
+                key.groups.append(own)
+            own.slots.append(position)
+            self._where.append((own, group))
+        for key in self._keys():
+            key.largest = max(len(g.slots) for g in key.groups)
+            key.buckets = [[] for _ in range(key.largest + 1)]
+            for group in key.groups:
+                group.free = len(group.slots)
+                key.buckets[group.free].append(group.number)
+
+    def _keys(self) -> Iterator[_Key]:
+        if self._any.groups:
+            yield self._any
+        for entries in self._models.values():
+            for _, key in entries:
+                yield key
+
+    def _key(self, candidate: Candidate, *, create: bool = False) -> _Key | None:
+        if isinstance(candidate, AnyGPU):
+            return self._any if self._any.groups else None
+        entries = self._models.get(candidate.name)
+        if entries is not None:
+            for model, key in entries:
+                if model is candidate or model == candidate:
+                    return key
+        if not create:
+            return None
+        key = _Key()
+        self._models.setdefault(candidate.name, []).append((candidate, key))
+        return key
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # the fleet and its holders
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        """Every device, in fleet order."""
+        return self._devices
+
+    def __contains__(self, device: object) -> bool:
+        """Whether the fleet has a device with this one's key (node, index)."""
+        return isinstance(device, Device) and device.key in self._position
+
+    def replace(self, devices: Sequence[Device]) -> None:
+        """A new fleet (a node joined or left): holders of devices still in it (by node and index) are kept, the
+        others dropped."""
+        holders = self._holders
+        self._build(devices)
+        self._holders = {}
+        for key, holder in holders.items():
+            position = self._position.get(key)
+            if position is not None:
+                self._take(position, holder)
+
+    def hold(self, devices: Sequence[Device], holder: Holder) -> None:
+        """``holder`` takes ``devices``. A GPU is never handed out twice.
+
+        Raises:
+            ValueError: a device is already held (also twice in ``devices``) or not in the fleet; nothing is taken.
+        """
+        positions: list[int] = []
+        for device in devices:
+            position = self._position.get(device.key)
+            if position is None:
+                raise ValueError(f"device {device.index} of {device.node} is not in the fleet")
+            held = self._held[position]
+            if held is not None or position in positions:
+                raise ValueError(
+                    f"device {device.index} of {device.node} is already held"
+                    f"{f' by worker {held.worker_id} of {held.endpoint}' if held is not None else ''}"
+                )
+            positions.append(position)
+        for position in positions:
+            self._take(position, holder)
+
+    def release(self, devices: Sequence[Device]) -> None:
+        """``devices`` are given back. Devices not held, or no longer in the fleet, are ignored."""
+        for device in devices:
+            position = self._position.get(device.key)
+            if position is not None and self._held[position] is not None:
+                self._give(position)
+
+    def holder(self, device: Device) -> Holder | None:
+        """Who holds ``device``: None when it is free or not in the fleet."""
+        return self._holders.get(device.key)
+
+    def is_free(self, device: Device) -> bool:
+        """True when ``device`` is in the fleet and nobody holds it."""
+        position = self._position.get(device.key)
+        return position is not None and self._held[position] is None
+
+    def holders(self) -> dict[tuple[str, int], Holder]:
+        """Device key -> holder, for every held device (a copy)."""
+        return dict(self._holders)
+
+    def _take(self, position: int, holder: Holder) -> None:
+        self._held[position] = holder
+        self._holders[self._devices[position].key] = holder
+        endpoint = holder.endpoint
+        for group in self._where[position]:
+            key = group.key
+            _move(key.buckets, group.number, group.free, group.free - 1)
+            group.free -= 1
+            key.endpoints[endpoint] = key.endpoints.get(endpoint, 0) + 1
+
+    def _give(self, position: int) -> None:
+        holder = self._held[position]
+        assert holder is not None
+        self._held[position] = None
+        del self._holders[self._devices[position].key]
+        endpoint = holder.endpoint
+        for group in self._where[position]:
+            key = group.key
+            _move(key.buckets, group.number, group.free, group.free + 1)
+            group.free += 1
+            left = key.endpoints[endpoint] - 1
+            if left:
+                key.endpoints[endpoint] = left
+            else:
+                del key.endpoints[endpoint]
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # what placement asks
+
+    def largest(self, candidate: Candidate) -> int:
+        """The most devices matching ``candidate`` of one model on one node (0 when the fleet has none)."""
+        key = self._key(candidate)
+        return key.largest if key is not None else 0
+
+    def most_free(self, candidate: Candidate) -> int:
+        """The most free devices matching ``candidate`` of one model on one node."""
+        key = self._key(candidate)
+        if key is None:
+            return 0
+        buckets = key.buckets
+        for count in range(len(buckets) - 1, 0, -1):
+            if buckets[count]:
+                return count
+        return 0
+
+    def holding_endpoints(self, candidate: Candidate) -> list[str]:
+        """The endpoints holding devices that match ``candidate``, sorted."""
+        key = self._key(candidate)
+        return sorted(key.endpoints) if key is not None else []
+
+    def coarse_devices(self) -> tuple[Device, ...]:
+        """The unrecognised devices whose model came from a coarse name, in fleet order."""
+        return self._coarse
+
+    def fit_free(self, candidate: Candidate, gpu_count: int) -> tuple[str, tuple[Device, ...]] | None:
+        """The first group in fleet order with ``gpu_count`` free devices matching ``candidate``: its node and its
+        first ``gpu_count`` free devices in fleet order."""
+        key = self._key(candidate)
+        if key is None:
+            return None
+        if gpu_count < 1:
+            return key.groups[0].node, ()
+        buckets = key.buckets
+        first = -1
+        for count in range(gpu_count, len(buckets)):
+            bucket = buckets[count]
+            if bucket and (first < 0 or bucket[0] < first):
+                first = bucket[0]
+        if first < 0:
+            return None
+        group = key.groups[first]
+        held = self._held
+        devices = self._devices
+        chosen: list[Device] = []
+        for position in group.slots:
+            if held[position] is None:
+                chosen.append(devices[position])
+                if len(chosen) == gpu_count:
+                    break
+        return group.node, tuple(chosen)
+
+    def fit_reclaim(
+        self, candidate: Candidate, gpu_count: int, yieldable: Callable[[Holder], bool]
+    ) -> tuple[str, tuple[Device, ...], tuple[Holder, ...]] | None:
+        """The first group in fleet order where free devices and devices of holders that may yield make
+        ``gpu_count``: its node, the devices (free ones first, each part in fleet order) and the holders to stop.
+
+        Scans the candidate's groups (the rare path: no free fit), asking ``yieldable`` once per holder.
+        """
+        key = self._key(candidate)
+        if key is None or gpu_count < 1:
+            return None
+        held = self._held
+        devices = self._devices
+        verdicts: dict[Holder, bool] = {}
+        for group in key.groups:
+            if len(group.slots) < gpu_count:
+                continue
+            free: list[Device] = []
+            taken: list[Device] = []
+            for position in group.slots:
+                holder = held[position]
+                if holder is None:
+                    free.append(devices[position])
+                    continue
+                ok = verdicts.get(holder)
+                if ok is None:
+                    ok = verdicts[holder] = yieldable(holder)
+                if ok:
+                    taken.append(devices[position])
+            if len(free) + len(taken) >= gpu_count:
+                chosen = tuple((free + taken)[:gpu_count])
+                reclaim = {h.worker_id: h for d in chosen if (h := held[self._position[d.key]]) is not None}
+                return group.node, chosen, tuple(reclaim.values())
+        return None
+
+
+def _move(buckets: list[list[int]], number: int, old: int, new: int) -> None:
+    """Move group ``number`` from the bucket of ``old`` free devices to that of ``new``."""
+    bucket = buckets[old]
+    del bucket[bisect_left(bucket, number)]
+    insort(buckets[new], number)
