@@ -35,7 +35,7 @@ RAY_ENV = {
 }
 os.environ.update(RAY_ENV)
 
-from flashpoint import Endpoint, GpuGroup, server  # noqa: E402
+from flashpoint import Endpoint, GpuGroup, default_connection  # noqa: E402
 
 #: DESIGN.md section 7: (metric, comparison, target ratio flashpoint/ray)
 TARGETS = {"warm_p50": ("<=", 1.0), "throughput": (">=", 1.0), "cold": ("<=", 0.2)}
@@ -153,11 +153,11 @@ def run_flashpoint(args: argparse.Namespace) -> dict[str, Any]:
         return {"warm": warm, "throughput": throughput}
 
     results = asyncio.run(measure())
-    plane = server.connection()
+    plane = default_connection.connect()
     close = getattr(plane, "close", None)
     if close is not None:  # stop the workers so that Ray gets the CPUs to itself
         close()
-    server.use(None)
+    default_connection.use(None)
     results["cold"] = flashpoint_cold(args.repeats)
     return results
 

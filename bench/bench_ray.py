@@ -110,11 +110,11 @@ def placements(plane: Any, endpoint: str) -> list[dict[str, Any]]:
 
 
 async def flashpoint_measure(args: argparse.Namespace, opened: list[Any]) -> dict[str, Any]:
-    from flashpoint import server
+    from flashpoint import default_connection
 
     app = __import__(MODULE)
     start = time.perf_counter()
-    plane = await asyncio.to_thread(server.connection)  # starts the plane; the Ray backend joins the cluster
+    plane = await asyncio.to_thread(default_connection.connect)  # starts the plane; the Ray backend joins the cluster
     connect_s = time.perf_counter() - start
     opened.append(plane)
 
@@ -177,7 +177,7 @@ async def flashpoint_measure(args: argparse.Namespace, opened: list[Any]) -> dic
 def run_flashpoint(args: argparse.Namespace, address: str) -> dict[str, Any]:
     os.environ["FLASHPOINT_BACKEND"] = "ray"
     os.environ["FLASHPOINT_RAY_ADDRESS"] = address
-    from flashpoint import server
+    from flashpoint import default_connection
 
     opened: list[Any] = []
     try:
@@ -187,7 +187,7 @@ def run_flashpoint(args: argparse.Namespace, address: str) -> dict[str, Any]:
         start = time.perf_counter()
         for plane in opened:
             plane.close()
-        server.use(None)
+        default_connection.use(None)
         print(f"flashpoint plane closed in {time.perf_counter() - start:.2f} s", file=sys.stderr)
 
 

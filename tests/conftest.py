@@ -16,9 +16,9 @@ from typing import IO, Any, TypeVar
 
 import pytest
 
-from flashpoint import server
+from flashpoint import default_connection
 from flashpoint.config import Settings
-from flashpoint.server import EmbeddedPlane
+from flashpoint.embedded import EmbeddedServer
 
 T = TypeVar("T")
 
@@ -49,11 +49,11 @@ def restore_imports(tmp_path: Path) -> Iterator[None]:
 
 
 @pytest.fixture
-def make_plane(tmp_path: Path) -> Iterator[Callable[..., EmbeddedPlane]]:
-    """Start an embedded plane on a simulated fleet and make it the SDK's connection; closed at teardown."""
-    planes: list[EmbeddedPlane] = []
+def make_embedded(tmp_path: Path) -> Iterator[Callable[..., EmbeddedServer]]:
+    """Start an embedded server on a simulated fleet and make it the SDK's connection; closed at teardown."""
+    started: list[EmbeddedServer] = []
 
-    def start(gpus: str = "", **env: str) -> EmbeddedPlane:
+    def start(gpus: str = "", **env: str) -> EmbeddedServer:
         settings = Settings.load(
             env={
                 "FLASHPOINT_SIMULATED_GPUS": gpus,
@@ -63,15 +63,15 @@ def make_plane(tmp_path: Path) -> Iterator[Callable[..., EmbeddedPlane]]:
                 **env,
             }
         )
-        plane = EmbeddedPlane(settings).start()
-        planes.append(plane)
-        server.use(plane)
-        return plane
+        embedded = EmbeddedServer(settings).start()
+        started.append(embedded)
+        default_connection.use(embedded)
+        return embedded
 
     yield start
-    server.use(None)
-    for plane in planes:
-        plane.close()
+    default_connection.use(None)
+    for embedded in started:
+        embedded.close()
 
 
 def _polls(timeout: float, what: str) -> Iterator[None]:
@@ -111,23 +111,23 @@ async def eventually_async(
         await asyncio.sleep(0.02)
 
 
-def snapshot(plane: EmbeddedPlane, endpoint: str) -> dict[str, Any]:
+def snapshot(embedded: EmbeddedServer, endpoint: str) -> dict[str, Any]:
     """Workers and queue of one endpoint, read on the plane's own loop."""
 
     async def read() -> dict[str, Any]:
-        ep = plane.plane.endpoints.get(endpoint)
+        ep = embedded.plane.endpoints.get(endpoint)
         if ep is None:
             return {"workers": [], "queued": 0}
         return {"workers": [w.to_json() for w in ep.workers.values()], "queued": ep.queued}
 
-    return plane.run_sync(read(), timeout=10)
+    return embedded.run_sync(read(), timeout=10)
 
 
-def held_devices(plane: EmbeddedPlane) -> list[dict[str, Any]]:
+def held_devices(embedded: EmbeddedServer) -> list[dict[str, Any]]:
     async def read() -> list[dict[str, Any]]:
-        return [row for row in plane.plane.fleet_view() if row["worker"] is not None]
+        return [row for row in embedded.plane.fleet_view() if row["worker"] is not None]
 
-    return plane.run_sync(read(), timeout=10)
+    return embedded.run_sync(read(), timeout=10)
 
 
 ROOT = Path(__file__).resolve().parents[1]

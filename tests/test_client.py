@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from flashpoint import Endpoint, GpuType, codec, errors, server
+from flashpoint import Endpoint, GpuType, codec, default_connection, errors
 from flashpoint.client import ERRORS_BY_CODE, REJECTED_CODES, HTTPConnection
 from flashpoint.endpoint import EndpointClient, WorkerTarget
 from flashpoint.errors import (
@@ -337,9 +337,9 @@ def served(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> Iterator[HTTPConnecti
     """Client mode as the SDK sees it: FLASHPOINT_URL set and an HTTPConnection in use."""
     monkeypatch.setenv("FLASHPOINT_URL", fake.url)  # mock the OS: the environment of a client-mode user
     connection = HTTPConnection(fake.url)
-    server.use(connection)
+    default_connection.use(connection)
     yield connection
-    server.use(None)
+    default_connection.use(None)
 
 
 def _free_port() -> int:
@@ -761,14 +761,14 @@ async def test_endpoint_id_without_flashpoint_url_is_a_config_error_at_the_first
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("FLASHPOINT_URL", raising=False)  # mock the OS: a user who did not set it
-    server.use(None)
+    default_connection.use(None)
     ep = Endpoint(id="echo")  # no I/O, no check yet
 
     with pytest.raises(ConfigError, match=r"set FLASHPOINT_URL .*flashpoint serve"):
         await ep.run({"x": 1})
     with pytest.raises(ConfigError, match="FLASHPOINT_URL"):
         ep.job("job-1")
-    assert server._current is None  # no embedded plane was started to find that out
+    assert default_connection._current is None  # no embedded plane was started to find that out
 
 
 async def test_endpoint_id_with_an_in_process_connection_is_a_config_error(
@@ -778,12 +778,12 @@ async def test_endpoint_id_with_an_in_process_connection_is_a_config_error(
         closed = False
 
     monkeypatch.setenv("FLASHPOINT_URL", fake.url)  # mock the OS
-    server.use(InProcess())  # type: ignore[arg-type]
+    default_connection.use(InProcess())  # type: ignore[arg-type]
     try:
         with pytest.raises(ConfigError, match="in-process control plane"):
             await Endpoint(id="echo").explain()
     finally:
-        server.use(None)
+        default_connection.use(None)
 
 
 async def test_endpoint_client_run_sends_the_input_as_is(fake: Fake, served: HTTPConnection) -> None:

@@ -14,8 +14,16 @@ import pytest
 
 #: third-party packages only the server, the CLI, the Ray backend or a remote call may load
 HEAVY = ("fastapi", "starlette", "pydantic", "typer", "uvicorn", "ray", "httpx", "cloudpickle", "rich")
-#: flashpoint's own layers that the SDK reaches only on the first call
-LAYERS = ("flashpoint.api", "flashpoint.server", "flashpoint.cli", "flashpoint.backends")
+#: flashpoint's own layers that the SDK reaches only on the first call (the embedded server or the client), or never
+LAYERS = (
+    "flashpoint.api",
+    "flashpoint.server",
+    "flashpoint.embedded",
+    "flashpoint.hosting",
+    "flashpoint.client",
+    "flashpoint.cli",
+    "flashpoint.backends",
+)
 
 _REPORT = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
@@ -81,5 +89,5 @@ def test_import_and_declaring_load_no_server_layer(after_import: list[str], afte
 
 
 def test_the_ray_backend_module_loads_ray_only_when_it_talks_to_a_cluster() -> None:
-    modules = _modules_after("import flashpoint.backends.ray, flashpoint.server")
+    modules = _modules_after("import flashpoint.backends.ray, flashpoint.server, flashpoint.embedded")
     assert _loaded(modules, ("ray",)) == []

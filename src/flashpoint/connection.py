@@ -1,4 +1,8 @@
-"""The seam between handles and a control plane: the Connection protocol, and how a handle finds its connection."""
+"""The seam between handles and a control plane: the Connection protocol.
+
+The embedded server (``embedded.py``) and the HTTP client (``client.py``) implement it; which one a handle gets is
+``default_connection.connect()``'s choice.
+"""
 
 from __future__ import annotations
 
@@ -34,11 +38,3 @@ class ServerConnection(Connection, Protocol):
     """A connection to a flashpoint server (``FLASHPOINT_URL``), which ``Endpoint(id=...)`` clients need."""
 
     async def check_endpoint(self, name: str) -> None: ...
-
-
-def connect() -> Connection:
-    # The one seam where the SDK reaches the composition root: imported lazily so that `import flashpoint` stays
-    # cheap and free of the HTTP stack.
-    from flashpoint.server import connection  # noqa: TID251
-
-    return connection()

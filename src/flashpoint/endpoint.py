@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from flashpoint import codec
 from flashpoint.config import Settings
-from flashpoint.connection import Connection, ServerConnection, connect
+from flashpoint.connection import Connection, ServerConnection
+from flashpoint.default_connection import connect
 from flashpoint.errors import (
     ConfigError,
     InvalidEndpointError,
@@ -413,7 +414,8 @@ class EndpointClient(Endpoint):
         if not isinstance(conn, ServerConnection):
             raise ConfigError(
                 f"Endpoint(id={self.id!r}) needs a connection to a flashpoint server, but the connection in use "
-                f"({type(conn).__name__}) is an in-process control plane; unset it with flashpoint.server.use(None)"
+                f"({type(conn).__name__}) is an in-process control plane; unset it with "
+                "flashpoint.default_connection.use(None)"
             )
         return conn
 

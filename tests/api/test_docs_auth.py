@@ -7,7 +7,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from flashpoint.server import EmbeddedPlane
+from flashpoint.embedded import EmbeddedServer
 from tests.conftest import Served
 
 DOCS = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
@@ -39,10 +39,10 @@ def test_docs_stay_open_on_a_loopback_server_without_keys(serve: Callable[..., S
         assert "/v1/fleet" in client.get("/openapi.json").json()["paths"]
 
 
-async def test_the_embedded_planes_schema_needs_its_key(make_plane: Callable[..., EmbeddedPlane]) -> None:
-    plane = make_plane("NVIDIA_H200:1")
-    async with httpx.AsyncClient(base_url=plane.url, trust_env=False, timeout=30) as client:
+async def test_the_embedded_planes_schema_needs_its_key(make_embedded: Callable[..., EmbeddedServer]) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
+    async with httpx.AsyncClient(base_url=embedded.url, trust_env=False, timeout=30) as client:
         denied = await client.get("/v1/openapi.json")
-        allowed = await client.get("/v1/openapi.json", headers={"Authorization": f"Bearer {plane.api_key}"})
+        allowed = await client.get("/v1/openapi.json", headers={"Authorization": f"Bearer {embedded.api_key}"})
     assert denied.status_code == 401 and denied.json()["code"] == "unauthorized"
     assert allowed.status_code == 200 and "/fleet" in allowed.json()["paths"]

@@ -18,8 +18,8 @@ from starlette.routing import Mount
 from flashpoint import Endpoint, GpuGroup, GpuType
 from flashpoint.api import schemas
 from flashpoint.api.native import create_native_app, router
+from flashpoint.embedded import EmbeddedServer
 from flashpoint.jobs import JobStatus
-from flashpoint.server import EmbeddedPlane
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -29,13 +29,13 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"
 
 
-async def on_loop(plane: EmbeddedPlane, fn: Callable[[], T]) -> T:
+async def on_loop(embedded: EmbeddedServer, fn: Callable[[], T]) -> T:
     """``fn()`` computed on the plane's own loop, awaited from the test's loop (which stays free meanwhile)."""
 
     async def run() -> T:
         return fn()
 
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), plane.loop))
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), embedded.loop))
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 20.0) -> None:
@@ -47,7 +47,7 @@ async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float 
         await asyncio.sleep(0.02)
 
 
-async def get(plane: EmbeddedPlane, app: Any, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
+async def get(embedded: EmbeddedServer, app: Any, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
     """GET ``path`` from ``app`` through ASGI, on the plane's loop, as uvicorn would serve it there."""
 
     async def run() -> httpx.Response:
@@ -55,11 +55,11 @@ async def get(plane: EmbeddedPlane, app: Any, path: str, headers: dict[str, str]
         async with httpx.AsyncClient(transport=transport, base_url="http://plane") as client:
             return await client.get(path, headers=AUTH if headers is None else headers)
 
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), plane.loop))
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), embedded.loop))
 
 
-def native(plane: EmbeddedPlane, keys: tuple[str, ...] = (KEY,)) -> Any:
-    return create_native_app(plane.plane, keys)
+def native(embedded: EmbeddedServer, keys: tuple[str, ...] = (KEY,)) -> Any:
+    return create_native_app(embedded.plane, keys)
 
 
 def check(model: type[BaseModel], body: dict[str, Any]) -> None:
@@ -86,15 +86,15 @@ def gate_file(tmp_path: Path, name: str) -> Path:
 # fleet and endpoints
 
 
-async def test_fleet_lists_devices_and_who_holds_them(make_plane: Any) -> None:
-    plane = make_plane(FLEET)
+async def test_fleet_lists_devices_and_who_holds_them(make_embedded: Any) -> None:
+    embedded = make_embedded(FLEET)
 
     @Endpoint(name="warm", gpu=GpuGroup.AMPERE_80, workers=(1, 1))
     async def warm(x: int) -> int:
         return x
 
     assert await warm(3) == 3
-    response = await get(plane, native(plane), "/fleet")
+    response = await get(embedded, native(embedded), "/fleet")
 
     assert response.status_code == 200
     body = response.json()
@@ -109,8 +109,8 @@ async def test_fleet_lists_devices_and_who_holds_them(make_plane: Any) -> None:
     assert body["summary"] == "1 x NVIDIA H200 (simulated) on node-a, 2 x NVIDIA A100 80GB PCIe (simulated) on node-a"
 
 
-async def test_endpoints_show_options_workers_counters_and_explanation(make_plane: Any) -> None:
-    plane = make_plane(FLEET)
+async def test_endpoints_show_options_workers_counters_and_explanation(make_embedded: Any) -> None:
+    embedded = make_embedded(FLEET)
 
     @Endpoint(
         name="flexible",
@@ -131,11 +131,11 @@ async def test_endpoints_show_options_workers_counters_and_explanation(make_plan
 
     assert await flexible({"a": 1}) == {"a": 1}
     queued = await never.run({"b": 2})
-    app = native(plane)
+    app = native(embedded)
 
-    listed = await get(plane, app, "/endpoints")
-    one = await get(plane, app, "/endpoints/flexible")
-    explained = await get(plane, app, "/endpoints/never/explain")
+    listed = await get(embedded, app, "/endpoints")
+    one = await get(embedded, app, "/endpoints/flexible")
+    explained = await get(embedded, app, "/endpoints/never/explain")
 
     assert listed.status_code == one.status_code == explained.status_code == 200
     check(schemas.Endpoints, listed.json())
@@ -177,9 +177,9 @@ async def test_endpoints_show_options_workers_counters_and_explanation(make_plan
     await queued.cancel()
 
 
-async def test_unknown_names_are_404_not_found(make_plane: Any) -> None:
-    plane = make_plane(FLEET)
-    app = native(plane)
+async def test_unknown_names_are_404_not_found(make_embedded: Any) -> None:
+    embedded = make_embedded(FLEET)
+    app = native(embedded)
 
     for path in (
         "/endpoints/nope",
@@ -190,7 +190,7 @@ async def test_unknown_names_are_404_not_found(make_plane: Any) -> None:
         "/jobs/nope/wait?timeout=0",
         "/no-such-route",
     ):
-        body = check_error(await get(plane, app, path), 404, "not_found")
+        body = check_error(await get(embedded, app, path), 404, "not_found")
         if "nope" in path:
             assert "nope" in body["message"]
 
@@ -204,33 +204,33 @@ async def test_unknown_names_are_404_not_found(make_plane: Any) -> None:
     ["/fleet", "/endpoints", "/endpoints/x", "/endpoints/x/explain", "/jobs", "/jobs/x", "/jobs/x/explain",
      "/jobs/x/logs", "/jobs/x/wait"],
 )  # fmt: skip
-async def test_every_route_needs_the_api_key(make_plane: Any, path: str) -> None:
-    plane = make_plane("")
-    app = native(plane)
+async def test_every_route_needs_the_api_key(make_embedded: Any, path: str) -> None:
+    embedded = make_embedded("")
+    app = native(embedded)
 
-    missing = await get(plane, app, path, headers={})
-    wrong = await get(plane, app, path, headers={"Authorization": "Bearer not-the-key"})
+    missing = await get(embedded, app, path, headers={})
+    wrong = await get(embedded, app, path, headers={"Authorization": "Bearer not-the-key"})
 
     check_error(missing, 401, "unauthorized")
     check_error(wrong, 401, "unauthorized")
 
 
-async def test_keys_raw_or_bearer_and_no_keys_means_no_auth(make_plane: Any) -> None:
-    plane = make_plane("")
-    keyed = create_native_app(plane.plane, ("first", KEY))
-    open_app = create_native_app(plane.plane, ())
+async def test_keys_raw_or_bearer_and_no_keys_means_no_auth(make_embedded: Any) -> None:
+    embedded = make_embedded("")
+    keyed = create_native_app(embedded.plane, ("first", KEY))
+    open_app = create_native_app(embedded.plane, ())
 
-    assert (await get(plane, keyed, "/fleet", headers={"Authorization": KEY})).status_code == 200
-    assert (await get(plane, keyed, "/fleet", headers={"Authorization": "bearer first"})).status_code == 200
-    assert (await get(plane, open_app, "/fleet", headers={})).status_code == 200
+    assert (await get(embedded, keyed, "/fleet", headers={"Authorization": KEY})).status_code == 200
+    assert (await get(embedded, keyed, "/fleet", headers={"Authorization": "bearer first"})).status_code == 200
+    assert (await get(embedded, open_app, "/fleet", headers={})).status_code == 200
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # jobs
 
 
-async def test_jobs_list_filters_newest_first_without_logs(make_plane: Any) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_jobs_list_filters_newest_first_without_logs(make_embedded: Any) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
     async def never(n: int) -> int:
@@ -247,13 +247,13 @@ async def test_jobs_list_filters_newest_first_without_logs(make_plane: Any) -> N
     elsewhere = await other.run(9)
     cancelled = jobs[0]
     await cancelled.cancel()
-    app = native(plane)
+    app = native(embedded)
 
-    everything = (await get(plane, app, "/jobs")).json()
-    of_never = (await get(plane, app, "/jobs?endpoint=never")).json()
-    queued = (await get(plane, app, "/jobs?endpoint=never&status=IN_QUEUE")).json()
-    limited = (await get(plane, app, "/jobs?limit=2")).json()
-    nothing = (await get(plane, app, "/jobs?endpoint=unknown")).json()
+    everything = (await get(embedded, app, "/jobs")).json()
+    of_never = (await get(embedded, app, "/jobs?endpoint=never")).json()
+    queued = (await get(embedded, app, "/jobs?endpoint=never&status=IN_QUEUE")).json()
+    limited = (await get(embedded, app, "/jobs?limit=2")).json()
+    nothing = (await get(embedded, app, "/jobs?endpoint=unknown")).json()
 
     check(schemas.Jobs, everything)
     for job in everything["jobs"]:
@@ -271,16 +271,16 @@ async def test_jobs_list_filters_newest_first_without_logs(make_plane: Any) -> N
 
 
 @pytest.mark.parametrize("query", ["status=DONE", "status=in_queue", "limit=0", "limit=1001", "limit=many"])
-async def test_bad_job_filters_are_400_bad_request(make_plane: Any, query: str) -> None:
-    plane = make_plane("")
+async def test_bad_job_filters_are_400_bad_request(make_embedded: Any, query: str) -> None:
+    embedded = make_embedded("")
 
-    body = check_error(await get(plane, native(plane), f"/jobs?{query}"), 400, "bad_request")
+    body = check_error(await get(embedded, native(embedded), f"/jobs?{query}"), 400, "bad_request")
 
     assert query.partition("=")[0] in body["message"]
 
 
-async def test_job_detail_logs_and_explanation(make_plane: Any) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_job_detail_logs_and_explanation(make_embedded: Any) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="chatty", gpu=GpuType.NVIDIA_H200)
     async def chatty(word: str) -> dict[str, str]:
@@ -289,15 +289,15 @@ async def test_job_detail_logs_and_explanation(make_plane: Any) -> None:
 
     handle = await chatty.run("hello")
     await handle.result(timeout=30)
-    app = native(plane)
+    app = native(embedded)
 
     async def logged_line() -> bool:
-        return bool((await get(plane, app, f"/jobs/{handle.id}/logs")).json()["logs"] == ["said hello"])
+        return bool((await get(embedded, app, f"/jobs/{handle.id}/logs")).json()["logs"] == ["said hello"])
 
     await until(logged_line, "the job's log line")  # output lines may arrive just after the result
-    detail = await get(plane, app, f"/jobs/{handle.id}")
-    explained = await get(plane, app, f"/jobs/{handle.id}/explain")
-    logged = await get(plane, app, f"/jobs/{handle.id}/logs")
+    detail = await get(embedded, app, f"/jobs/{handle.id}")
+    explained = await get(embedded, app, f"/jobs/{handle.id}/explain")
+    logged = await get(embedded, app, f"/jobs/{handle.id}/logs")
 
     body = detail.json()
     check(schemas.Job, body)
@@ -317,8 +317,8 @@ async def test_job_detail_logs_and_explanation(make_plane: Any) -> None:
     assert logged.json() == {"id": handle.id, "logs": ["said hello"]}
 
 
-async def test_explain_a_queued_job_gives_its_position(make_plane: Any) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_explain_a_queued_job_gives_its_position(make_embedded: Any) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
     async def never(n: int) -> int:
@@ -326,7 +326,7 @@ async def test_explain_a_queued_job_gives_its_position(make_plane: Any) -> None:
 
     first, second = await never.run(1), await never.run(2)
 
-    body = (await get(plane, native(plane), f"/jobs/{second.id}/explain")).json()
+    body = (await get(embedded, native(embedded), f"/jobs/{second.id}/explain")).json()
 
     check(schemas.Explanation, body)
     assert (body["jobId"], body["status"], body["position"], body["queueDepth"]) == (second.id, "IN_QUEUE", 2, 2)
@@ -339,8 +339,8 @@ async def test_explain_a_queued_job_gives_its_position(make_plane: Any) -> None:
 # wait
 
 
-async def test_wait_holds_until_the_job_ends(make_plane: Any, tmp_path: Path) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_wait_holds_until_the_job_ends(make_embedded: Any, tmp_path: Path) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="gated", gpu=GpuType.NVIDIA_H200)
     async def gated(gate: str) -> str:
@@ -353,14 +353,14 @@ async def test_wait_holds_until_the_job_ends(make_plane: Any, tmp_path: Path) ->
 
     gate = gate_file(tmp_path, "wait")
     handle = await gated.run(str(gate))
-    app = native(plane)
+    app = native(embedded)
 
     async def running() -> bool:
-        return await on_loop(plane, lambda: plane.plane.job(handle.id).status) is JobStatus.IN_PROGRESS
+        return await on_loop(embedded, lambda: embedded.plane.job(handle.id).status) is JobStatus.IN_PROGRESS
 
     await until(running, "the job to start")
 
-    waiting = asyncio.ensure_future(get(plane, app, f"/jobs/{handle.id}/wait?timeout=30"))
+    waiting = asyncio.ensure_future(get(embedded, app, f"/jobs/{handle.id}/wait?timeout=30"))
     await asyncio.sleep(0.3)
     assert not waiting.done()
     started = time.monotonic()
@@ -375,20 +375,20 @@ async def test_wait_holds_until_the_job_ends(make_plane: Any, tmp_path: Path) ->
     assert body["explanation"]["status"] == "COMPLETED"
 
 
-async def test_wait_answers_with_the_job_as_it_is_when_the_timeout_passes(make_plane: Any) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_wait_answers_with_the_job_as_it_is_when_the_timeout_passes(make_embedded: Any) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
     async def never(n: int) -> int:
         return n
 
     handle = await never.run(1)
-    app = native(plane)
+    app = native(embedded)
 
     started = time.monotonic()
-    response = await get(plane, app, f"/jobs/{handle.id}/wait?timeout=0.3")
+    response = await get(embedded, app, f"/jobs/{handle.id}/wait?timeout=0.3")
     elapsed = time.monotonic() - started
-    immediate = await get(plane, app, f"/jobs/{handle.id}/wait?timeout=0")
+    immediate = await get(embedded, app, f"/jobs/{handle.id}/wait?timeout=0")
 
     assert 0.25 <= elapsed < 5
     assert response.status_code == immediate.status_code == 200
@@ -398,8 +398,8 @@ async def test_wait_answers_with_the_job_as_it_is_when_the_timeout_passes(make_p
     await handle.cancel()
 
 
-async def test_wait_returns_at_once_for_a_finished_job_and_caps_the_timeout(make_plane: Any) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_wait_returns_at_once_for_a_finished_job_and_caps_the_timeout(make_embedded: Any) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
     async def never(n: int) -> int:
@@ -407,39 +407,39 @@ async def test_wait_returns_at_once_for_a_finished_job_and_caps_the_timeout(make
 
     handle = await never.run(1)
     await handle.cancel()
-    app = native(plane)
+    app = native(embedded)
 
     started = time.monotonic()
-    done = await get(plane, app, f"/jobs/{handle.id}/wait")
+    done = await get(embedded, app, f"/jobs/{handle.id}/wait")
     assert time.monotonic() - started < 5
     assert done.json()["status"] == JobStatus.CANCELLED.value
     for bad in ("61", "-1", "soon"):
-        check_error(await get(plane, app, f"/jobs/{handle.id}/wait?timeout={bad}"), 400, "bad_request")
+        check_error(await get(embedded, app, f"/jobs/{handle.id}/wait?timeout={bad}"), 400, "bad_request")
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # how the app is served: mounted at /v1, over real HTTP, and the OpenAPI schema
 
 
-async def test_mounted_at_v1_the_app_reads_its_own_state(make_plane: Any) -> None:
-    plane = make_plane("NVIDIA_H200:1")
-    root = Starlette(routes=[Mount("/v1", app=create_native_app(plane.plane, (KEY,)))])
+async def test_mounted_at_v1_the_app_reads_its_own_state(make_embedded: Any) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
+    root = Starlette(routes=[Mount("/v1", app=create_native_app(embedded.plane, (KEY,)))])
 
-    fleet = await get(plane, root, "/v1/fleet")
-    denied = await get(plane, root, "/v1/fleet", headers={})
-    missing = await get(plane, root, "/v1/jobs/nope")
+    fleet = await get(embedded, root, "/v1/fleet")
+    denied = await get(embedded, root, "/v1/fleet", headers={})
+    missing = await get(embedded, root, "/v1/jobs/nope")
 
     assert fleet.status_code == 200 and fleet.json()["devices"][0]["model"] == "NVIDIA H200"
     check_error(denied, 401, "unauthorized")
     check_error(missing, 404, "not_found")
 
 
-async def test_the_embedded_plane_serves_v1_over_http(make_plane: Any) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_the_embedded_plane_serves_v1_over_http(make_embedded: Any) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
-    async with httpx.AsyncClient(base_url=plane.url, trust_env=False) as client:
-        fleet = await client.get("/v1/fleet", headers={"Authorization": f"Bearer {plane.api_key}"})
-        endpoints = await client.get("/v1/endpoints", headers={"Authorization": plane.api_key})
+    async with httpx.AsyncClient(base_url=embedded.url, trust_env=False) as client:
+        fleet = await client.get("/v1/fleet", headers={"Authorization": f"Bearer {embedded.api_key}"})
+        endpoints = await client.get("/v1/endpoints", headers={"Authorization": embedded.api_key})
         denied = await client.get("/v1/fleet")
 
     assert fleet.status_code == 200 and len(fleet.json()["devices"]) == 1

@@ -15,13 +15,13 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from flashpoint import ConfigError, Endpoint, GpuGroup, GpuType, NotFoundError, server
+from flashpoint import ConfigError, Endpoint, GpuGroup, GpuType, NotFoundError, default_connection
 from flashpoint.cli import app, main
 from flashpoint.cli.gpus import device_table, summary_table
 from flashpoint.cli.output import device_row, model_summary
 from flashpoint.config import Settings
+from flashpoint.embedded import EmbeddedServer
 from flashpoint.scheduler.inventory import Device
-from flashpoint.server import EmbeddedPlane
 
 FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"
 
@@ -41,14 +41,14 @@ def invoke(tmp_path: Path, *args: str, gpus: str = FLEET) -> Any:
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[EmbeddedPlane]:
-    """A live embedded plane announcing itself under tmp_path, as a running script's would; the SDK's connection."""
-    started = EmbeddedPlane(Settings.load(env={**cli_env(tmp_path), "FLASHPOINT_TAKE_HOLD_S": "5"})).start()
-    server.use(started)
+def embedded(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A live embedded server announcing itself under tmp_path, as a running script's would; the SDK's connection."""
+    started = EmbeddedServer(Settings.load(env={**cli_env(tmp_path), "FLASHPOINT_TAKE_HOLD_S": "5"})).start()
+    default_connection.use(started)
     try:
         yield started
     finally:
-        server.use(None)
+        default_connection.use(None)
         started.close()
 
 
@@ -130,7 +130,7 @@ def test_a_bad_simulated_fleet_is_a_config_error(tmp_path: Path) -> None:
     assert "FLASHPOINT_SIMULATED_GPUS" in str(result.exception)
 
 
-async def test_gpus_of_a_live_plane_show_who_holds_each_device(plane: EmbeddedPlane, tmp_path: Path) -> None:
+async def test_gpus_of_a_live_plane_show_who_holds_each_device(embedded: EmbeddedServer, tmp_path: Path) -> None:
     # Given a worker of "warm" that took an A100 and stays warm (workers=(1, 1))
     @Endpoint(name="warm", gpu=GpuGroup.AMPERE_80, workers=(1, 1))
     def warm(x: int) -> int:
@@ -247,7 +247,7 @@ def test_explain_app_sees_settings_the_app_makes_and_keeps_json_clean(tmp_path: 
 # flashpoint explain against a live embedded plane
 
 
-async def test_explain_a_waiting_job_of_a_live_plane(plane: EmbeddedPlane, tmp_path: Path) -> None:
+async def test_explain_a_waiting_job_of_a_live_plane(embedded: EmbeddedServer, tmp_path: Path) -> None:
     # Given a job for a GPU the fleet does not have
     @Endpoint(name="needs-b200", gpu=GpuType.NVIDIA_B200)
     async def needs_b200(data: dict[str, Any]) -> dict[str, Any]:
@@ -272,7 +272,7 @@ async def test_explain_a_waiting_job_of_a_live_plane(plane: EmbeddedPlane, tmp_p
     assert explanation["pid"] == os.getpid()
 
 
-async def test_explain_an_endpoint_and_every_endpoint_of_a_live_plane(plane: EmbeddedPlane, tmp_path: Path) -> None:
+async def test_explain_an_endpoint_and_every_endpoint_of_a_live_plane(embedded: EmbeddedServer, tmp_path: Path) -> None:
     @Endpoint(name="needs-b200", gpu=GpuType.NVIDIA_B200)
     async def needs_b200(data: dict[str, Any]) -> dict[str, Any]:
         return data
@@ -290,7 +290,7 @@ async def test_explain_an_endpoint_and_every_endpoint_of_a_live_plane(plane: Emb
     assert explanation["gpu"] == "NVIDIA B200"
 
 
-def test_explain_an_unknown_job_is_an_error(plane: EmbeddedPlane, tmp_path: Path) -> None:
+def test_explain_an_unknown_job_is_an_error(embedded: EmbeddedServer, tmp_path: Path) -> None:
     result = invoke(tmp_path, "explain", "no-such-job")
 
     assert result.exit_code == 1

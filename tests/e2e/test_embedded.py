@@ -21,8 +21,8 @@ def open_gate(path: str) -> None:
     Path(path).touch()
 
 
-async def test_call_returns_output_and_records_placement(make_plane) -> None:
-    make_plane("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
+async def test_call_returns_output_and_records_placement(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
 
     @Endpoint(name="inference", gpu=GpuGroup.AMPERE_80, env={"GREETING": "hi"})
     async def infer(data: dict) -> dict:
@@ -66,8 +66,8 @@ async def test_call_returns_output_and_records_placement(make_plane) -> None:
     assert view.reason is not None and view.reason.value == "completed"
 
 
-async def test_new_job_first_status_is_in_queue(make_plane) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_new_job_first_status_is_in_queue(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
     async def never(data: dict) -> dict:
@@ -78,8 +78,8 @@ async def test_new_job_first_status_is_in_queue(make_plane) -> None:
     await job.cancel()
 
 
-async def test_fallback_keeps_declared_order(make_plane, tmp_path: Path) -> None:
-    plane = make_plane("NVIDIA_A100_80GB_PCIe:1,NVIDIA_H200:1")
+async def test_fallback_keeps_declared_order(make_embedded, tmp_path: Path) -> None:
+    embedded = make_embedded("NVIDIA_A100_80GB_PCIe:1,NVIDIA_H200:1")
 
     # H200 is declared first although the A100 comes first in the fleet and in the catalog
     @Endpoint(
@@ -100,15 +100,19 @@ async def test_fallback_keeps_declared_order(make_plane, tmp_path: Path) -> None
 
     gates = [gate_file(tmp_path, str(i)) for i in range(3)]
     first = await held.run(gates[0])
-    await eventually(lambda: [w for w in snapshot(plane, "fallback")["workers"] if w["jobs"]], what="first job taken")
+    await eventually(
+        lambda: [w for w in snapshot(embedded, "fallback")["workers"] if w["jobs"]], what="first job taken"
+    )
     second = await held.run(gates[1])
-    running = lambda: sum(len(w["jobs"]) for w in snapshot(plane, "fallback")["workers"])  # noqa: E731
+    running = lambda: sum(len(w["jobs"]) for w in snapshot(embedded, "fallback")["workers"])  # noqa: E731
     await eventually(lambda: running() == 2, what="second job running on a second worker")
 
     open_gate(gates[0])
     assert await first.result(timeout=30) == "NVIDIA H200"
     # idle_timeout=0: the first worker stops, its H200 returns to the fleet
-    await eventually(lambda: [d["model"] for d in held_devices(plane)] == ["NVIDIA A100 80GB PCIe"], what="H200 freed")
+    await eventually(
+        lambda: [d["model"] for d in held_devices(embedded)] == ["NVIDIA A100 80GB PCIe"], what="H200 freed"
+    )
     third = await held.run(gates[2])
     await eventually(lambda: running() == 2, what="third job running on a third worker")
     open_gate(gates[1])
@@ -117,8 +121,8 @@ async def test_fallback_keeps_declared_order(make_plane, tmp_path: Path) -> None
     assert await third.result(timeout=30) == "NVIDIA H200"
 
 
-async def test_any_takes_the_first_available_device(make_plane) -> None:
-    make_plane("NVIDIA L40S:1")
+async def test_any_takes_the_first_available_device(make_embedded) -> None:
+    make_embedded("NVIDIA L40S:1")
 
     @Endpoint(name="dev")  # gpu defaults to GpuGroup.ANY
     async def dev(data: dict) -> str:
@@ -129,8 +133,8 @@ async def test_any_takes_the_first_available_device(make_plane) -> None:
     assert await dev({}) == "NVIDIA L40S"
 
 
-async def test_gpu_count_needs_devices_of_one_model_on_one_node(make_plane) -> None:
-    make_plane("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
+async def test_gpu_count_needs_devices_of_one_model_on_one_node(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
 
     @Endpoint(name="pair", gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80], gpu_count=2)
     async def pair(data: dict) -> str:
@@ -143,8 +147,8 @@ async def test_gpu_count_needs_devices_of_one_model_on_one_node(make_plane) -> N
     assert job.view.placement is not None and job.view.placement.device_ids == (1, 2)
 
 
-async def test_impossible_request_warns_at_once_and_waits_in_queue(make_plane, caplog) -> None:
-    make_plane("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
+async def test_impossible_request_warns_at_once_and_waits_in_queue(make_embedded, caplog) -> None:
+    make_embedded("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
     caplog.set_level(logging.WARNING, logger="flashpoint.plane")
 
     @Endpoint(name="too-big", gpu=GpuGroup.AMPERE_80, gpu_count=4)
@@ -168,8 +172,8 @@ async def test_impossible_request_warns_at_once_and_waits_in_queue(make_plane, c
         await job.result(timeout=5)
 
 
-async def test_max_workers_caps_concurrency_and_is_explained(make_plane, tmp_path: Path) -> None:
-    plane = make_plane("NVIDIA_A100_80GB_PCIe:4")
+async def test_max_workers_caps_concurrency_and_is_explained(make_embedded, tmp_path: Path) -> None:
+    embedded = make_embedded("NVIDIA_A100_80GB_PCIe:4")
 
     @Endpoint(name="capped", gpu=GpuGroup.AMPERE_80, workers=(0, 2), scaler_type="REQUEST_COUNT", scaler_value=1)
     async def held(gate: str) -> int:
@@ -182,10 +186,12 @@ async def test_max_workers_caps_concurrency_and_is_explained(make_plane, tmp_pat
 
     gate = gate_file(tmp_path, "cap")
     jobs = [await held.run(gate) for _ in range(4)]
-    await eventually(lambda: sum(len(w["jobs"]) for w in snapshot(plane, "capped")["workers"]) == 2, what="2 running")
+    await eventually(
+        lambda: sum(len(w["jobs"]) for w in snapshot(embedded, "capped")["workers"]) == 2, what="2 running"
+    )
     statuses = [await job.status() for job in jobs]
     assert statuses.count("IN_PROGRESS") == 2 and statuses.count("IN_QUEUE") == 2
-    assert len(held_devices(plane)) == 2  # never more than gpu_count x workers_max
+    assert len(held_devices(embedded)) == 2  # never more than gpu_count x workers_max
     explanation = await jobs[3].explain()
     assert explanation.position == 2
     assert "max_workers" in [r.code.value for r in explanation.reasons]
@@ -193,8 +199,8 @@ async def test_max_workers_caps_concurrency_and_is_explained(make_plane, tmp_pat
     assert [await job.result(timeout=30) for job in jobs] == [1, 1, 1, 1]
 
 
-async def test_queued_until_devices_free_then_runs_and_idle_worker_yields(make_plane, tmp_path: Path) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_queued_until_devices_free_then_runs_and_idle_worker_yields(make_embedded, tmp_path: Path) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="owner", gpu=GpuType.NVIDIA_H200, idle_timeout=600)
     async def owner(gate: str) -> str:
@@ -213,7 +219,7 @@ async def test_queued_until_devices_free_then_runs_and_idle_worker_yields(make_p
 
     gate = gate_file(tmp_path, "owner")
     running = await owner.run(gate)
-    await eventually(lambda: [w for w in snapshot(plane, "owner")["workers"] if w["jobs"]], what="owner running")
+    await eventually(lambda: [w for w in snapshot(embedded, "owner")["workers"] if w["jobs"]], what="owner running")
     queued = await waiter.run({})
     explanation = await queued.explain()
     assert await queued.status() == "IN_QUEUE"
@@ -224,11 +230,11 @@ async def test_queued_until_devices_free_then_runs_and_idle_worker_yields(make_p
     assert await running.result(timeout=30) == "owner done"
     # owner's worker is idle and above its minimum (0): it yields the H200 at once, not after idle_timeout=600
     assert await queued.result(timeout=30) == "waiter"
-    assert snapshot(plane, "owner")["workers"] == []
+    assert snapshot(embedded, "owner")["workers"] == []
 
 
-async def test_cancel_in_progress_stops_the_handler_and_worker_stays_usable(make_plane, tmp_path: Path) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_cancel_in_progress_stops_the_handler_and_worker_stays_usable(make_embedded, tmp_path: Path) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
     marker = tmp_path / "cancelled"
 
     @Endpoint(name="cancel-me", gpu=GpuType.NVIDIA_H200)
@@ -244,7 +250,7 @@ async def test_cancel_in_progress_stops_the_handler_and_worker_stays_usable(make
         return os.environ["FLASHPOINT_WORKER_ID"]
 
     job = await slow.run(60, str(marker))
-    await eventually(lambda: [w for w in snapshot(plane, "cancel-me")["workers"] if w["jobs"]], what="job running")
+    await eventually(lambda: [w for w in snapshot(embedded, "cancel-me")["workers"] if w["jobs"]], what="job running")
     assert await job.cancel() == "CANCELLED"
     await eventually(marker.exists, what="the handler to receive CancelledError")
     assert job.error is not None and job.error.status == "CANCELLED"
@@ -252,8 +258,8 @@ async def test_cancel_in_progress_stops_the_handler_and_worker_stays_usable(make
     assert worker == job.view.worker_id  # the same worker took the next job
 
 
-async def test_execution_timeout_ends_job_and_replaces_worker(make_plane) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_execution_timeout_ends_job_and_replaces_worker(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="slowpoke", gpu=GpuType.NVIDIA_H200, execution_timeout_ms=500)
     def stuck(seconds: float) -> str:  # a sync handler: it cannot be interrupted, so the worker must go
@@ -272,8 +278,8 @@ async def test_execution_timeout_ends_job_and_replaces_worker(make_plane) -> Non
     assert replacement != job.view.worker_id
 
 
-async def test_worker_crash_is_retried_once_on_a_new_worker(make_plane, tmp_path: Path) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_worker_crash_is_retried_once_on_a_new_worker(make_embedded, tmp_path: Path) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
     marker = tmp_path / "crashed-once"
 
     @Endpoint(name="crashy", gpu=GpuType.NVIDIA_H200)
@@ -289,12 +295,12 @@ async def test_worker_crash_is_retried_once_on_a_new_worker(make_plane, tmp_path
     worker = await job.result(timeout=60)
     assert job.view.retries == 1
     assert job.view.worker_id == worker
-    explanation_workers = snapshot(plane, "crashy")["workers"]
+    explanation_workers = snapshot(embedded, "crashy")["workers"]
     assert [w["id"] for w in explanation_workers] == [worker]  # the crashed worker is gone, a new one ran the retry
 
 
-async def test_worker_lost_twice_fails_with_worker_lost_and_devices_return(make_plane) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_worker_lost_twice_fails_with_worker_lost_and_devices_return(make_embedded) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="doomed", gpu=GpuType.NVIDIA_H200)
     async def always_crash(data: dict) -> None:
@@ -307,11 +313,11 @@ async def test_worker_lost_twice_fails_with_worker_lost_and_devices_return(make_
     assert await job.wait(timeout=60) == "FAILED"
     assert job.view.reason is not None and job.view.reason.value == "worker_lost"
     assert job.view.retries == 1
-    await eventually(lambda: held_devices(plane) == [], what="devices back in the fleet")
+    await eventually(lambda: held_devices(embedded) == [], what="devices back in the fleet")
 
 
-async def test_remote_exception_carries_type_message_and_traceback(make_plane) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_remote_exception_carries_type_message_and_traceback(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="boom", gpu=GpuType.NVIDIA_H200)
     async def explode(data: dict) -> None:
@@ -326,8 +332,8 @@ async def test_remote_exception_carries_type_message_and_traceback(make_plane) -
     assert error.reason == "user_error"
 
 
-async def test_class_endpoint_is_instantiated_once_and_keeps_state(make_plane) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_class_endpoint_is_instantiated_once_and_keeps_state(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="model", gpu=GpuGroup.HOPPER_141)
     class Counter:
@@ -350,8 +356,8 @@ async def test_class_endpoint_is_instantiated_once_and_keeps_state(make_plane) -
     assert await model.peek() == 13
 
 
-async def test_max_concurrency_runs_async_handlers_together(make_plane, tmp_path: Path) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_max_concurrency_runs_async_handlers_together(make_embedded, tmp_path: Path) -> None:
+    make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="together", gpu=GpuType.NVIDIA_H200, max_concurrency=2)
     async def meet(me: str, other: str) -> str:
@@ -369,8 +375,8 @@ async def test_max_concurrency_runs_async_handlers_together(make_plane, tmp_path
     assert await job_a.result(timeout=30) == await job_b.result(timeout=30)  # one worker ran both at once
 
 
-async def test_missing_dependency_fails_the_job_naming_it(make_plane) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_missing_dependency_fails_the_job_naming_it(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="deps", gpu=GpuType.NVIDIA_H200, dependencies=["surely-not-installed-flashpoint-dep>=1"])
     async def needs(data: dict) -> dict:
@@ -382,8 +388,8 @@ async def test_missing_dependency_fails_the_job_naming_it(make_plane) -> None:
     assert "surely-not-installed-flashpoint-dep>=1" in str(caught.value)
 
 
-async def test_cpu_endpoint_runs_without_gpus(make_plane) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_cpu_endpoint_runs_without_gpus(make_embedded) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="cpu-only", cpu="cpu3c-1-2")
     def where(data: dict) -> dict:
@@ -394,11 +400,11 @@ async def test_cpu_endpoint_runs_without_gpus(make_plane) -> None:
     job = await where.run({})
     assert await job.result(timeout=30) == {"visible": "", "model": ""}
     assert job.view.placement is not None and job.view.placement.gpu_model is None
-    assert held_devices(plane) == []
+    assert held_devices(embedded) == []
 
 
-async def test_worker_output_reaches_caller_log_and_job(make_plane, caplog) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_worker_output_reaches_caller_log_and_job(make_embedded, caplog) -> None:
+    make_embedded("NVIDIA_H200:1")
     caplog.set_level(logging.INFO, logger="flashpoint.worker")
 
     @Endpoint(name="chatty", gpu=GpuType.NVIDIA_H200)
@@ -421,8 +427,8 @@ def _logs(caplog, job_id: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "flashpoint.worker" and job_id in r.getMessage()]
 
 
-async def test_min_workers_kept_warm_and_scale_to_zero_after_idle(make_plane) -> None:
-    plane = make_plane("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:1")
+async def test_min_workers_kept_warm_and_scale_to_zero_after_idle(make_embedded) -> None:
+    embedded = make_embedded("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:1")
 
     @Endpoint(name="warm", gpu=GpuType.NVIDIA_H200, workers=(1, 1))
     async def warm(data: dict) -> str:
@@ -434,13 +440,13 @@ async def test_min_workers_kept_warm_and_scale_to_zero_after_idle(make_plane) ->
 
     assert await warm({}) == "warm"
     assert await cold({}) == "cold"
-    await eventually(lambda: snapshot(plane, "cold")["workers"] == [], what="cold endpoint to scale to zero")
-    states = [w["state"] for w in snapshot(plane, "warm")["workers"]]
+    await eventually(lambda: snapshot(embedded, "cold")["workers"] == [], what="cold endpoint to scale to zero")
+    states = [w["state"] for w in snapshot(embedded, "warm")["workers"]]
     assert states == ["IDLE"]  # the minimum stays, idle
 
 
-async def test_values_json_cannot_carry_travel_in_the_binary_encoding(make_plane) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_values_json_cannot_carry_travel_in_the_binary_encoding(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="binary", gpu=GpuType.NVIDIA_H200)
     async def reverse(items: tuple, blob: bytes) -> tuple:
@@ -449,8 +455,8 @@ async def test_values_json_cannot_carry_travel_in_the_binary_encoding(make_plane
     assert await reverse((1, "a"), b"xy") == (("a", 1), b"yx", {1, 2})
 
 
-async def test_generator_endpoint_streams_chunks_as_they_are_produced(make_plane, tmp_path: Path) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_generator_endpoint_streams_chunks_as_they_are_produced(make_embedded, tmp_path: Path) -> None:
+    make_embedded("NVIDIA_H200:1")
     gate = gate_file(tmp_path, "second-chunk")
 
     @Endpoint(name="tokens", gpu=GpuType.NVIDIA_H200)
@@ -474,15 +480,15 @@ async def test_generator_endpoint_streams_chunks_as_they_are_produced(make_plane
     assert await tokens(2, gate) == ["first", 0, 1]  # awaited whole, a generator's output is every chunk
 
 
-async def test_workers_reach_the_plane_at_the_worker_url(make_plane) -> None:
+async def test_workers_reach_the_plane_at_the_worker_url(make_embedded) -> None:
     import socket
 
     with socket.socket() as probe:  # a free port for the plane to listen on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    plane = make_plane("NVIDIA_H200:1", FLASHPOINT_WORKER_URL=url)
-    assert plane.url == url
+    embedded = make_embedded("NVIDIA_H200:1", FLASHPOINT_WORKER_URL=url)
+    assert embedded.url == url
 
     @Endpoint(name="reach", gpu=GpuType.NVIDIA_H200)
     async def reach() -> str:

@@ -31,8 +31,8 @@ class _Bomb:
         return (Path(self.path).touch, ())
 
 
-async def test_an_output_shaped_like_the_binary_envelope_is_data_for_sdk_callers(make_plane, tmp_path: Path) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_an_output_shaped_like_the_binary_envelope_is_data_for_sdk_callers(make_embedded, tmp_path: Path) -> None:
+    make_embedded("NVIDIA_H200:1")
     witness = tmp_path / "ran"
     bomb = base64.b64encode(pickle.dumps(_Bomb(str(witness)))).decode()
 
@@ -55,8 +55,8 @@ async def test_an_output_shaped_like_the_binary_envelope_is_data_for_sdk_callers
     assert await mirror((1, {2: b"x"})) == (1, {2: b"x"})  # a value JSON cannot carry still comes back exactly
 
 
-async def test_text_utf8_cannot_carry_survives_input_output_error_and_logs(make_plane) -> None:
-    make_plane("NVIDIA_H200:1")
+async def test_text_utf8_cannot_carry_survives_input_output_error_and_logs(make_embedded) -> None:
+    make_embedded("NVIDIA_H200:1")
 
     @Endpoint(name="surrogates", cpu="cpu3c-1-2")
     async def surrogates(text: str, fail: bool = False) -> dict[str, str]:

@@ -93,8 +93,8 @@ async def test_workers_exit_when_the_caller_is_killed(tmp_path: Path) -> None:
             proc.stdout.close()
 
 
-async def test_worker_that_cannot_start_backs_off_then_fails_queued_jobs(make_plane) -> None:
-    plane = make_plane("NVIDIA_H200:1")
+async def test_worker_that_cannot_start_backs_off_then_fails_queued_jobs(make_embedded) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
 
     # PYTHONPATH pointing nowhere and -I style isolation: the worker cannot import flashpoint and exits at once
     @Endpoint(name="broken", gpu=GpuType.NVIDIA_H200, env={"PYTHONPATH": "/nonexistent", "PYTHONNOUSERSITE": "1",
@@ -107,7 +107,7 @@ async def test_worker_that_cannot_start_backs_off_then_fails_queued_jobs(make_pl
 
     def backing_off() -> bool:
         nonlocal explanation
-        explanation = plane.run_sync(_explain(plane, job.id), timeout=10)
+        explanation = embedded.run_sync(_explain(embedded, job.id), timeout=10)
         return any(r.code.value == "start_backoff" for r in explanation.reasons)
 
     await eventually(backing_off, what="a start back-off in the explanation")
@@ -116,8 +116,8 @@ async def test_worker_that_cannot_start_backs_off_then_fails_queued_jobs(make_pl
     with pytest.raises(JobFailedError) as caught:
         await job.result(timeout=60)
     assert caught.value.reason == "worker_start_failed"
-    assert held_devices(plane) == []
+    assert held_devices(embedded) == []
 
 
-async def _explain(plane, job_id: str):  # type: ignore[no-untyped-def]
-    return plane.plane.explain_job(job_id)
+async def _explain(embedded, job_id: str):  # type: ignore[no-untyped-def]
+    return embedded.plane.explain_job(job_id)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from flashpoint.backends.ray import quiet_ray
-from flashpoint.server import EmbeddedPlane
+from flashpoint.embedded import EmbeddedServer
 
 quiet_ray()  # before Ray is imported anywhere in this process
 
@@ -99,11 +99,11 @@ def fresh_cluster() -> Iterator[Callable[[dict[str, int]], RayCluster]]:
 
 
 @pytest.fixture
-def ray_plane(make_plane: Callable[..., EmbeddedPlane]) -> Callable[..., EmbeddedPlane]:
-    """An embedded plane whose workers are Ray actors on the given cluster (FLASHPOINT_BACKEND=ray)."""
+def ray_embedded(make_embedded: Callable[..., EmbeddedServer]) -> Callable[..., EmbeddedServer]:
+    """An embedded server whose workers are Ray actors on the given cluster (FLASHPOINT_BACKEND=ray)."""
 
-    def start(cluster: RayCluster, **env: str) -> EmbeddedPlane:
-        return make_plane(
+    def start(cluster: RayCluster, **env: str) -> EmbeddedServer:
+        return make_embedded(
             "",
             FLASHPOINT_BACKEND="ray",
             FLASHPOINT_RAY_ADDRESS=cluster.address,

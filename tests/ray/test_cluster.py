@@ -35,8 +35,8 @@ def where() -> dict[str, Any]:
     return {k: os.environ.get(k) for k in keys}
 
 
-async def test_each_worker_lands_on_a_node_of_its_model(ray_cluster: RayCluster, ray_plane) -> None:
-    ray_plane(ray_cluster)
+async def test_each_worker_lands_on_a_node_of_its_model(ray_cluster: RayCluster, ray_embedded) -> None:
+    ray_embedded(ray_cluster)
 
     @Endpoint(name="on-a100", gpu=GpuType.NVIDIA_A100_80GB_PCIe)
     async def on_a100() -> dict:
@@ -76,8 +76,8 @@ async def test_each_worker_lands_on_a_node_of_its_model(ray_cluster: RayCluster,
             assert job.view.logs == ("hello from a Ray node",)
 
 
-async def test_fallback_keeps_declared_order_over_fleet_order(ray_cluster: RayCluster, ray_plane, tmp_path) -> None:
-    ray_plane(ray_cluster)
+async def test_fallback_keeps_declared_order_over_fleet_order(ray_cluster: RayCluster, ray_embedded, tmp_path) -> None:
+    ray_embedded(ray_cluster)
     gate = tmp_path / "gate"
 
     # The A100 node comes first in the fleet; the declared order (L4: absent, then H100, then A100) wins.
@@ -113,8 +113,8 @@ async def test_fallback_keeps_declared_order_over_fleet_order(ray_cluster: RayCl
     assert held.output["FLASHPOINT_RAY_NODE_ID"] == ray_cluster.node_id(H200)
 
 
-async def test_two_gpus_only_on_a_node_with_two_free_devices(ray_cluster: RayCluster, ray_plane) -> None:
-    plane = ray_plane(ray_cluster)
+async def test_two_gpus_only_on_a_node_with_two_free_devices(ray_cluster: RayCluster, ray_embedded) -> None:
+    embedded = ray_embedded(ray_cluster)
 
     # One H200 on its node: not enough for gpu_count=2, so the A100 node (two) takes it.
     @Endpoint(name="pair", gpu=[GpuType.NVIDIA_H200, GpuType.NVIDIA_A100_80GB_PCIe], gpu_count=2)
@@ -151,14 +151,14 @@ async def test_two_gpus_only_on_a_node_with_two_free_devices(ray_cluster: RayClu
     assert [r.code.value for r in explanation.reasons] == ["not_in_fleet"]
     assert "no node has 2 x NVIDIA H200 (the most on one node is 1)" in explanation.reasons[0].detail
     await job.cancel()
-    assert snapshot(plane, "h200-pair")["workers"] == []
+    assert snapshot(embedded, "h200-pair")["workers"] == []
 
 
 async def test_impossible_request_is_explained_then_runs_when_a_node_joins(
-    ray_cluster: RayCluster, ray_plane, caplog: pytest.LogCaptureFixture
+    ray_cluster: RayCluster, ray_embedded, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="flashpoint.plane")
-    ray_plane(ray_cluster)
+    ray_embedded(ray_cluster)
 
     @Endpoint(name="b200", gpu=GpuType.NVIDIA_B200)
     async def b200() -> dict:
@@ -179,9 +179,9 @@ async def test_impossible_request_is_explained_then_runs_when_a_node_joins(
     assert "can run now" in caplog.text
 
 
-async def test_node_lost_mid_job_requeues_it_and_it_completes_elsewhere(fresh_cluster, ray_plane, tmp_path) -> None:
+async def test_node_lost_mid_job_requeues_it_and_it_completes_elsewhere(fresh_cluster, ray_embedded, tmp_path) -> None:
     cluster = fresh_cluster({A100: 2, H100: 1})
-    plane = ray_plane(cluster)
+    embedded = ray_embedded(cluster)
     started = tmp_path / "started"
 
     @Endpoint(name="survivor", gpu=[GpuType.NVIDIA_A100_80GB_PCIe, GpuType.NVIDIA_H100_80GB_HBM3])
@@ -207,23 +207,23 @@ async def test_node_lost_mid_job_requeues_it_and_it_completes_elsewhere(fresh_cl
     assert view.placement is not None and view.placement.gpu_model == "NVIDIA H100 80GB HBM3"
     # the lost node's devices leave the fleet (read from Ray every second)
     await eventually(
-        lambda: {row["model"] for row in plane.run_sync(_fleet(plane), timeout=10)} == {"NVIDIA H100 80GB HBM3"},
+        lambda: {row["model"] for row in embedded.run_sync(_fleet(embedded), timeout=10)} == {"NVIDIA H100 80GB HBM3"},
         what="the A100 node to leave the fleet",
     )
-    rows = plane.run_sync(_fleet(plane), timeout=10)
+    rows = embedded.run_sync(_fleet(embedded), timeout=10)
     assert all(not row["node"].endswith(a100_node[:8]) for row in rows)
 
 
-async def _fleet(plane: Any) -> list[dict[str, Any]]:
-    return list(plane.plane.fleet_view())
+async def _fleet(embedded: Any) -> list[dict[str, Any]]:
+    return list(embedded.plane.fleet_view())
 
 
 async def test_actor_not_ready_in_time_is_killed_and_the_next_candidate_tried(
-    ray_cluster: RayCluster, ray_plane
+    ray_cluster: RayCluster, ray_embedded
 ) -> None:
     import ray
 
-    plane = ray_plane(ray_cluster, FLASHPOINT_RAY_READY_TIMEOUT_S="3")
+    embedded = ray_embedded(ray_cluster, FLASHPOINT_RAY_READY_TIMEOUT_S="3")
 
     # Something outside flashpoint takes the H200 through Ray: flashpoint's ledger still shows it free.
     @ray.remote(num_gpus=1, num_cpus=0, label_selector={"gpu-model": H200})
@@ -241,7 +241,7 @@ async def test_actor_not_ready_in_time_is_killed_and_the_next_candidate_tried(
 
         out = await patient()
         assert out["FLASHPOINT_RAY_NODE_ID"] == ray_cluster.node_id(A100)
-        rows = plane.run_sync(_fleet(plane), timeout=10)
+        rows = embedded.run_sync(_fleet(embedded), timeout=10)
         h200 = [row for row in rows if row["model"] == "NVIDIA H200"]
         assert h200 and all("set aside" in (row["endpoint"] or "") for row in h200), h200
     finally:

@@ -1,0 +1,46 @@
+"""The process-wide default connection: the one decorated functions use unless a handle was given another.
+
+``connect()`` returns the connection set by ``use()``; else, with ``FLASHPOINT_URL`` set, an ``HTTPConnection`` to that
+server; else a new embedded server in this process (stopped at exit). Both implementations are imported here lazily,
+on the first call: this is the SDK's one seam to the edge, so ``import flashpoint`` stays cheap and free of the HTTP
+stack, and neither ``embedded`` nor ``client`` imports the SDK back (``tests/test_import_graph.py``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from flashpoint.config import Settings
+from flashpoint.connection import Connection
+
+_lock = threading.Lock()
+_current: Connection | None = None
+
+
+def connect() -> Connection:
+    """The connection decorated functions use: the one set by ``use()``, else a client or a new embedded server."""
+    global _current
+    with _lock:
+        if _current is not None and not getattr(_current, "closed", False):
+            return _current
+        settings = Settings.load()
+        if settings.url:  # client mode: the same decorated calls go to that server
+            from flashpoint.client import HTTPConnection  # noqa: TID251
+
+            _current = HTTPConnection(settings.url, settings.api_key)
+            return _current
+        from flashpoint.embedded import EmbeddedServer, show_worker_output  # noqa: TID251
+
+        show_worker_output()
+        embedded = EmbeddedServer(settings).start()
+        atexit.register(embedded.close)
+        _current = embedded
+        return embedded
+
+
+def use(conn: Connection | None) -> None:
+    """Make ``conn`` the connection decorated functions use (``None``: the next call connects afresh)."""
+    global _current
+    with _lock:
+        _current = conn

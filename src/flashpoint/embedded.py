@@ -1,0 +1,308 @@
+"""The embedded server: a control plane and its worker routes, served in a background thread of this process.
+
+It runs on its own event loop, so it outlives any one ``asyncio.run`` and serves sync callers too. The SDK's default
+connection (``default_connection.connect()``) starts one on the first call of a decorated function when
+``FLASHPOINT_URL`` is not set, and stops it at interpreter exit. It announces itself to ``flashpoint explain`` and
+``flashpoint gpus`` on this machine with a file in ``$FLASHPOINT_STATE_DIR/run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from flashpoint import codec
+from flashpoint.config import Settings
+from flashpoint.errors import ConfigError
+from flashpoint.explain import Explanation
+from flashpoint.hosting import http_url, listening_socket, open_backend
+from flashpoint.jobhandle import job_failure
+from flashpoint.jobs import JobStatus, JobView
+from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.spec import EndpointSpec, WorkerTarget
+from flashpoint.store.memory import MemoryJobStore
+
+log = logging.getLogger("flashpoint")
+T = TypeVar("T")
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # uvloop is optional (not on Windows)
+        return asyncio.new_event_loop()
+
+
+class EmbeddedServer:
+    """A control plane (``.plane``) and its worker routes, served on 127.0.0.1 from a thread of this process.
+
+    A ``Connection``: every call runs on the server's own event loop.
+    """
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.load()
+        self.plane: ControlPlane
+        self.loop = _new_loop()
+        self.url = ""
+        self.api_key = secrets.token_urlsafe(24)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="flashpoint-plane", daemon=True)
+        self._tmp = tempfile.TemporaryDirectory(prefix="flashpoint-")
+        self._announce: Path | None = None
+        self.closed = False
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # life cycle
+
+    def start(self) -> EmbeddedServer:
+        self._thread.start()
+        if not self._ready.wait(60):
+            raise ConfigError("the embedded control plane did not start within 60 s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._main())
+        except BaseException as exc:  # reported to the thread that called start()
+            self._error = exc
+            self._ready.set()
+        finally:
+            self.loop.close()
+
+    async def _main(self) -> None:
+        import uvicorn
+        from starlette.applications import Starlette
+        from starlette.routing import Mount
+
+        from flashpoint.api.transport import (
+            CoalescingHttpToolsProtocol,
+            default_max_connections,
+            raise_open_file_limit,
+        )
+        from flashpoint.api.workers import worker_routes
+
+        self._stop = asyncio.Event()
+        backend, worker_env, parent_pid = open_backend(self.settings, self.settings.simulated_gpus)
+        # Workers on other nodes (Ray) reach the plane where FLASHPOINT_WORKER_URL says; every route needs a key
+        where = urlsplit(self.settings.worker_url) if self.settings.worker_url else None
+        host = (where.hostname if where else None) or "127.0.0.1"
+        sock = listening_socket(host, (where.port if where else None) or 0)
+        self.url = http_url(host, sock.getsockname()[1])
+        self.plane = ControlPlane(
+            MemoryJobStore(),
+            backend,
+            worker_secret=secrets.token_urlsafe(32),
+            take_hold_s=self.settings.take_hold_s,
+            worker_env=worker_env,
+            parent_pid=parent_pid,
+            node=self.settings.node,
+            base_url=self.url,
+        )
+        # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
+        native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))
+        app = Starlette(routes=[*worker_routes(self.plane), native])
+        open_files = raise_open_file_limit()
+        config = uvicorn.Config(
+            app,
+            http=CoalescingHttpToolsProtocol.configured(max_connections=default_max_connections(open_files)),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_keep_alive=120,
+        )
+        server = uvicorn.Server(config)
+        await self.plane.start()
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if serving.done():
+                serving.result()  # raises what stopped it
+            await asyncio.sleep(0.005)
+        self._announce = self._write_announcement()
+        log.debug("embedded control plane at %s; fleet: %s", self.url, self.plane.fleet_summary())
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            try:
+                await self.plane.close()
+            finally:
+                server.should_exit = True
+                await serving
+            if self._announce is not None:
+                self._announce.unlink(missing_ok=True)
+
+    def _write_announcement(self) -> Path | None:
+        """Tell `flashpoint explain` on this machine where this plane is (file readable by this user only)."""
+        try:
+            folder = self.settings.state_dir / "run"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{os.getpid()}-{id(self):x}.json"
+            partial = path.with_suffix(".tmp")
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump({"url": self.url, "key": self.api_key, "pid": os.getpid()}, handle)
+            os.replace(partial, path)  # readers never see a half-written file
+            return path
+        except OSError as exc:
+            log.debug("cannot announce the embedded plane: %s", exc)
+            return None
+
+    def close(self) -> None:
+        """Stop workers and the HTTP routes; safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._thread.is_alive() and self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(30)
+        self._tmp.cleanup()
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Connection: every call runs on the plane's loop
+
+    def run_sync(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run a coroutine on the plane's loop from a thread without a loop (tests, the CLI)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def _on_plane(self, fn: Callable[[asyncio.Future[T]], None]) -> asyncio.Future[T]:
+        """Run ``fn(future)`` on the plane's loop; it settles the caller's ``future`` through ``_deliver``.
+
+        One callback each way and no tasks: this is the path of every SDK call.
+        """
+        if self.closed:
+            raise ConfigError("this embedded control plane is closed")
+        caller = asyncio.get_running_loop()
+        future: asyncio.Future[T] = caller.create_future()
+
+        def run() -> None:
+            try:
+                fn(future)
+            except Exception as exc:
+                _deliver(future, error=exc)
+
+        self.loop.call_soon_threadsafe(run)
+        return future
+
+    async def _compute(self, fn: Callable[[], T]) -> T:
+        """The value of ``fn()`` computed on the plane's loop."""
+        return await self._on_plane(lambda future: _deliver(future, fn()))
+
+    async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None:
+        def run() -> None:
+            path = None
+            if target.pickled is not None:
+                path = Path(self._tmp.name) / f"{spec.name}.pkl"
+                if not path.exists():
+                    path.write_bytes(target.pickled)
+            self.plane.register(spec, target, str(path) if path else None)
+
+        await self._compute(run)
+
+    async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
+        return await self._compute(lambda: self.plane.submit(endpoint, payload, extra).view())
+
+    async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
+        def run(future: asyncio.Future[JobView]) -> None:
+            job = self.plane.submit(endpoint, payload, extra)
+            self.plane.on_finish(job.id, lambda view: _deliver(future, view))
+
+        return await self._on_plane(run)
+
+    async def get(self, job_id: str) -> JobView:
+        return await self._compute(lambda: self.plane.job(job_id).view())
+
+    async def wait(self, job_id: str, timeout: float | None) -> JobView:
+        unsubscribe: list[Callable[[], None]] = []
+
+        def run(future: asyncio.Future[JobView]) -> None:
+            unsubscribe.append(self.plane.on_finish(job_id, lambda view: _deliver(future, view)))
+
+        future = self._on_plane(run)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            self.loop.call_soon_threadsafe(lambda: [stop() for stop in unsubscribe])
+            raise TimeoutError(f"job {job_id} did not finish within {timeout}s") from None
+
+    async def cancel(self, job_id: str) -> JobView:
+        return await self._compute(lambda: self.plane.cancel(job_id))
+
+    async def explain_job(self, job_id: str) -> Explanation:
+        return await self._compute(lambda: self.plane.explain_job(job_id))
+
+    async def explain_endpoint(self, name: str) -> Explanation:
+        return await self._compute(lambda: self.plane.explain_endpoint(name))
+
+    async def stream(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
+        """Submit, then yield each chunk a generator endpoint produces as it arrives."""
+        view = await self.submit(endpoint, payload, extra)
+        while True:
+            read = asyncio.run_coroutine_threadsafe(self.plane.read_stream(view.id, 25.0), self.loop)
+            state, chunks = await asyncio.wrap_future(read)
+            for chunk in chunks:
+                yield codec.decode_chunk(chunk)
+            if state.status.terminal and not chunks:
+                if state.status is not JobStatus.COMPLETED:
+                    raise job_failure(state)
+                return
+
+
+class _LazyNativeApp:
+    """The native /v1 app, built on its first request: the embedded server does not pay FastAPI's import at start."""
+
+    def __init__(self, plane: ControlPlane, api_keys: tuple[str, ...]) -> None:
+        self._plane = plane
+        self._keys = api_keys
+        self._app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._app is None:
+            from flashpoint.api.native import create_native_app
+
+            self._app = create_native_app(self._plane, self._keys)
+        await self._app(scope, receive, send)
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _deliver(future: asyncio.Future[Any], value: Any = None, *, error: BaseException | None = None) -> None:
+    """Settle a caller's future from the plane's thread, unless the caller already ended its event loop."""
+    caller = future.get_loop()
+    if not caller.is_closed():
+        caller.call_soon_threadsafe(_settle, future, value, error)
+
+
+def show_worker_output() -> None:
+    """Zero set-up: if the program configured no logging, worker output and warnings still reach stderr."""
+    root = logging.getLogger()
+    package = logging.getLogger("flashpoint")
+    if not root.handlers and not package.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+        package.addHandler(handler)
+        package.setLevel(logging.INFO)
+        logging.getLogger("flashpoint.plane").setLevel(logging.WARNING)
+        logging.getLogger("flashpoint.backends").setLevel(logging.WARNING)

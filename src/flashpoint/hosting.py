@@ -1,0 +1,51 @@
+"""What both ways of hosting a control plane need: its backend and fleet, its listening socket, its URL.
+
+Shared by ``server.py`` (``flashpoint serve``) and ``embedded.py`` (the SDK's in-process server); imports neither.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from flashpoint.backends.base import Backend
+from flashpoint.backends.local import LocalBackend, python_env
+from flashpoint.config import Settings
+from flashpoint.fleet import discover
+
+
+def open_backend(settings: Settings, simulated: str | None) -> tuple[Backend, dict[str, str], int | None]:
+    """The backend ``settings`` names, with its fleet read; plus the environment and the parent pid its workers get.
+
+    Local workers inherit this process's environment and die with it (their parent). A Ray worker's process is the
+    child of its actor on its node: it gets the node's environment with only the import path added, and dies with the
+    actor (the actor sets that up).
+    """
+    if settings.backend == "ray":
+        from flashpoint.backends.ray import RayBackend
+
+        local = [] if settings.ray_address else discover(simulated, node=settings.node)
+        backend = RayBackend(settings.ray_address, ready_timeout_s=settings.ray_ready_timeout_s, local_devices=local)
+        backend.connect()
+        env = python_env()
+        return backend, {"PYTHONPATH": env["PYTHONPATH"], "PYTHONUNBUFFERED": "1"}, None
+    return LocalBackend(discover(simulated, node=settings.node)), python_env(), os.getpid()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: any free one) and already listening."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # accepted connections inherit TCP_NODELAY: without it, small responses wait on delayed ACKs (~40 ms)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    # listen now: connections made between "serving" being printed and uvicorn's accept loop wait in the backlog
+    # instead of being refused
+    sock.listen(2048)
+    return sock
+
+
+def http_url(host: str, port: int) -> str:
+    """``http://host:port``, with an IPv6 host in brackets."""
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
