@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from flashpoint.api.workers import error_response, key_matches
 from flashpoint.jobs import TERMINAL, JobStatus, JobView
-from flashpoint.scheduler.loop import ControlPlane, WorkerState
+from flashpoint.scheduler.loop import ControlPlane
 
 #: seconds; a job may wait for a cold start (minutes) or run for hours
 DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -32,17 +32,14 @@ class _PlaneCollector:
     def collect(self) -> Iterable[Metric]:
         jobs, queue, workers, devices = self._families()
         plane = self.plane
-        for name, ep in list(plane.endpoints.items()):
-            running = sum(len(w.jobs) for w in ep.workers.values())
-            jobs.add_metric([name, JobStatus.IN_QUEUE.value], ep.queued)
-            jobs.add_metric([name, JobStatus.IN_PROGRESS.value], running)
+        for gauge in plane.gauges():
+            name = gauge.name
+            jobs.add_metric([name, JobStatus.IN_QUEUE.value], gauge.queued)
+            jobs.add_metric([name, JobStatus.IN_PROGRESS.value], gauge.running)
             for status in sorted(TERMINAL, key=lambda s: s.value):
                 jobs.add_metric([name, status.value], self.finished.get((name, status.value), 0))
-            queue.add_metric([name], ep.queued)
-            states = {state.value: 0 for state in WorkerState}
-            for worker in ep.workers.values():
-                states[worker.state.value] += 1
-            for state, count in states.items():
+            queue.add_metric([name], gauge.queued)
+            for state, count in gauge.workers.items():
                 workers.add_metric([name, state], count)
         counts: dict[tuple[str, str, str], int] = {}
         for row in plane.fleet_view():

@@ -16,7 +16,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flashpoint.api import errors, schemas
 from flashpoint.api.deps import Plane, require_api_key
 from flashpoint.api.workers import error_response, json_response, key_matches
-from flashpoint.gpus import describe
 from flashpoint.jobs import JobStatus
 from flashpoint.scheduler.loop import ControlPlane
 
@@ -39,30 +38,6 @@ _BAD_REQUEST: dict[int | str, dict[str, Any]] = {
 router = APIRouter(tags=["native"], dependencies=[Depends(require_api_key)], responses=_UNAUTHORIZED)
 
 
-def endpoint_body(plane: ControlPlane, name: str) -> dict[str, Any]:
-    """``GET /v1/endpoints/{name}``: the endpoint's options, queue, workers, counters and explanation."""
-    ep = plane.endpoint(name)
-    spec = ep.spec
-    return {
-        "name": name,
-        "gpu": spec.describe_gpu(),
-        "candidates": [describe(c) for c in spec.candidates],
-        "cpu": spec.cpu,
-        "gpuCount": spec.gpu_count,
-        "workersMin": spec.workers_min,
-        "workersMax": spec.workers_max,
-        "idleTimeout": spec.idle_timeout_s,
-        "executionTimeoutMs": spec.execution_timeout_ms,
-        "maxConcurrency": spec.max_concurrency,
-        "scalerType": spec.scaler_type.value,
-        "scalerValue": spec.scaler_value,
-        "queueDepth": ep.queued,
-        "workers": [w.to_json() for w in ep.workers.values()],
-        "counters": dict(ep.counters),
-        "explanation": plane.explain_endpoint(name).to_json(),
-    }
-
-
 def job_body(plane: ControlPlane, job_id: str) -> dict[str, Any]:
     """``GET /v1/jobs/{id}``: every field of the job, its log lines and its explanation."""
     body = plane.job(job_id).view().to_native()
@@ -77,12 +52,12 @@ async def get_fleet(plane: Plane) -> Response:
 
 @router.get("/endpoints", response_model=schemas.Endpoints, summary="Every endpoint, its workers and why it waits")
 async def list_endpoints(plane: Plane) -> Response:
-    return json_response({"endpoints": [endpoint_body(plane, name) for name in list(plane.endpoints)]})
+    return json_response({"endpoints": plane.endpoint_rows()})
 
 
 @router.get("/endpoints/{name}", response_model=schemas.Endpoint, responses=_NOT_FOUND, summary="One endpoint")
 async def get_endpoint(name: str, plane: Plane) -> Response:
-    return json_response(endpoint_body(plane, name))
+    return json_response(plane.endpoint_rows(name)[0])
 
 
 @router.get(
@@ -103,8 +78,8 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=1000, description="at most this many jobs")] = 100,
 ) -> Response:
     jobs = []
-    for job in plane.store.list(endpoint=endpoint, status=status, limit=limit):
-        body = job.view().to_native()
+    for view in plane.list_jobs(endpoint=endpoint, status=status, limit=limit):
+        body = view.to_native()
         del body["logs"]
         jobs.append(body)
     return json_response({"jobs": jobs})

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from flashpoint import codec
+from flashpoint import codec, wire
 from flashpoint.scheduler.loop import ControlPlane
 
 _EMPTY = Response(status_code=204)
@@ -141,7 +141,7 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         jobs = await plane.done_batch(p["endpoint"], p["worker"], [(r["id"], r) for r in body], take)
         return json_response(jobs) if jobs else _EMPTY
 
-    async def stream(request: Request) -> Response:
+    async def chunk(request: Request) -> Response:
         if (bad := denied(request)) is not None:
             return bad
         p = request.path_params
@@ -162,13 +162,12 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         plane.ping(request.path_params["endpoint"], request.path_params["worker"], [j for j in named.split(",") if j])
         return json_response({})
 
-    prefix = "/v2/{endpoint}"
     return [
-        Route(f"{prefix}/job-take/{{worker}}", take, methods=["GET"]),
-        Route(f"{prefix}/job-take-batch/{{worker}}", take_batch, methods=["GET"]),
-        Route(f"{prefix}/job-stop/{{worker}}", stop, methods=["GET"]),
-        Route(f"{prefix}/job-done/{{worker}}/{{job}}", done, methods=["POST"]),
-        Route(f"{prefix}/job-done-batch/{{worker}}", done_batch, methods=["POST"]),
-        Route(f"{prefix}/job-stream/{{worker}}/{{job}}", stream, methods=["POST"]),
-        Route(f"{prefix}/ping/{{worker}}", ping, methods=["GET"]),
+        Route(wire.TAKE, take, methods=["GET"]),
+        Route(wire.TAKE_BATCH, take_batch, methods=["GET"]),
+        Route(wire.STOP, stop, methods=["GET"]),
+        Route(wire.DONE, done, methods=["POST"]),
+        Route(wire.DONE_BATCH, done_batch, methods=["POST"]),
+        Route(wire.CHUNK, chunk, methods=["POST"]),
+        Route(wire.PING, ping, methods=["GET"]),
     ]

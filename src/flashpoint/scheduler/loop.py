@@ -1,29 +1,29 @@
-"""The control plane's engine: queues per endpoint, worker placement and autoscaling, the worker protocol's verbs.
+"""The control plane: the queue and worker state machine, its lifecycle, and its public verbs.
 
 Everything here runs on one asyncio loop, so the state needs no locks. A worker is placed, not a job: jobs wait in
-their endpoint's queue, the plane starts workers where placement finds devices, and workers pull jobs over HTTP.
-``reconcile()`` is the one place that decides which workers to start or stop; events call it through ``kick()``,
-and a short tick covers the clock (timeouts, idle scale-down, QUEUE_DELAY, start back-off).
+their endpoint's queue, the plane starts workers where the planner finds devices, and workers pull jobs over HTTP.
+The concepts around the state machine live in rooms of their own: the scaling planner (``planner``, pure), worker
+supervision (``supervision``), group commit (``commit``), waiters and listeners (``waiters``), read models
+(``views``, pure), the records (``records``), the fleet index (``index``) and the Runpod wire format (``wire``).
+
+``reconcile()`` is the one place that starts or stops workers for scaling; events call it through ``kick()``, and
+``tick()`` covers the clock (timeouts, idle scale-down, QUEUE_DELAY, start back-off). Reads (explanations, health,
+fleet rows) plan without applying: they never start or stop a worker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import re
 import secrets
 import sys
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
-from flashpoint import codec
-from flashpoint.backends.base import Backend, Launch
+from flashpoint import codec, wire
+from flashpoint.backends.base import Backend
+from flashpoint.clock import SYSTEM_CLOCK, Clock
 from flashpoint.errors import (
     BackendError,
     InvalidEndpointError,
@@ -32,40 +32,41 @@ from flashpoint.errors import (
     NotReadyError,
     QueueFullError,
 )
-from flashpoint.explain import Code, Explanation, Reason as WaitReason
+from flashpoint.explain import Explanation
 from flashpoint.gpus import describe
-from flashpoint.jobs import DEFAULT_TTL_MS, Job, JobError, JobStatus, JobView, Placement, Reason
+from flashpoint.jobs import DEFAULT_TTL_MS, Job, JobError, JobStatus, JobView, Reason
+from flashpoint.scheduler import planner, views
+from flashpoint.scheduler.commit import GroupCommit
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder, fleet_summary
-from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
-from flashpoint.spec import EndpointSpec, ServerlessScalerType, WorkerTarget
+from flashpoint.scheduler.placement import Fit, NoFit, feasible
+from flashpoint.scheduler.records import EndpointState, Taker, Worker, WorkerState
+from flashpoint.scheduler.supervision import (
+    MAX_START_ATTEMPTS,
+    SET_ASIDE,
+    SET_ASIDE_S,
+    Supervisor,
+    failed_start_delay,
+    lost_start_delay,
+)
+from flashpoint.scheduler.waiters import Waiters, settle_after
+from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.base import JobStore
-from flashpoint.worker.runtime import LOG_MARK
 
-T = TypeVar("T")
 log = logging.getLogger("flashpoint.plane")
 worker_log = logging.getLogger("flashpoint.worker")
 
-#: a worker that exits before it ever pulled counts as a failed start; after this many in a row, queued jobs fail
-MAX_START_ATTEMPTS = 5
 #: how long a job may go back to the queue because its worker was lost, before it fails with worker_lost
 MAX_RETRIES = 1
 #: log lines kept per job
 MAX_JOB_LOG_LINES = 1000
-#: how long devices whose worker never came up (a Ray actor not ready in time) are passed over by placement
-SET_ASIDE_S = 60.0
-#: what explanations name as the holder of devices set aside
-SET_ASIDE = "(set aside: a worker placed there was not ready in time)"
 #: default caps of the queues, all endpoints together (``serve --max-queued-jobs`` / ``--max-queued-mb``)
 MAX_QUEUED_JOBS = 100_000
 MAX_QUEUED_BYTES = 1024 * 1024 * 1024
-#: the longest pause before starting again after a starting worker was killed from outside (not a failed start)
-LOST_START_BACKOFF_MAX_S = 5.0
 #: job ids are ours: 24 hex characters and "-fp"; anything else names no job (and never reaches the store)
 _JOB_ID = re.compile(r"[0-9a-f]{24}-fp")
-
 
 _REASON_TEXT = {
     Reason.CANCELLED: "cancelled before it finished",
@@ -75,92 +76,11 @@ _REASON_TEXT = {
     Reason.TTL_EXPIRED: "still running when its TTL ran out",
 }
 
-
-class WorkerState(str, Enum):
-    """A worker's life: STARTING until its first pull, then IDLE/RUNNING, STOPPING once asked to exit."""
-
-    STARTING = "STARTING"
-    IDLE = "IDLE"
-    RUNNING = "RUNNING"
-    STOPPING = "STOPPING"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(slots=True, eq=False)
-class Worker:
-    id: str
-    endpoint: str
-    devices: tuple[Device, ...]
-    state: WorkerState = WorkerState.STARTING
-    started_at: float = field(default_factory=time.monotonic)
-    idle_since: float = field(default_factory=time.monotonic)
-    jobs: set[str] = field(default_factory=set)
-    #: job ids to hand to the worker's job-stop long-poll
-    to_stop: list[str] = field(default_factory=list)
-    stop_waiter: asyncio.Future[None] | None = None
-    #: take no new jobs; stop once the running ones end (after a timeout or a stopPod)
-    retiring: bool = False
-    ever_ready: bool = False
-    node: str = "local"
-    #: the device ids the backend reports the worker really got, when it numbers them itself (Ray); else the ledger's
-    device_ids: tuple[int, ...] | None = None
-    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
-    #: jobs it holds that its pings stopped naming, with when that began (the watchdog's evidence)
-    unnamed: dict[str, float] = field(default_factory=dict)
-    #: when it last took jobs or posted a result or chunk (its job-stop long-poll and pings run on regardless)
-    last_exchange: float = field(default_factory=time.monotonic)
-
-    @property
-    def live(self) -> bool:
-        return self.state is not WorkerState.STOPPING and not self.retiring
-
-    def placement(self) -> Placement:
-        if not self.devices:
-            return Placement(node=self.node, gpu_model=None, device_ids=(), simulated=False)
-        first = self.devices[0]
-        return Placement(
-            node=first.node,
-            gpu_model=first.model_name,
-            device_ids=self.device_ids if self.device_ids is not None else tuple(d.index for d in self.devices),
-            simulated=first.simulated,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        placement = self.placement()
-        return {
-            "id": self.id,
-            "endpoint": self.endpoint,
-            "state": self.state.value,
-            "jobs": sorted(self.jobs),
-            "retiring": self.retiring,
-            "placement": placement.to_json(),
-        }
-
-
-@dataclass(slots=True, eq=False)
-class EndpointState:
-    spec: EndpointSpec
-    target: WorkerTarget
-    registered_at: float = field(default_factory=time.time)
-    queue: deque[str] = field(default_factory=deque)
-    queued: int = 0
-    takers: deque[tuple[str, int, asyncio.Future[list[Job]]]] = field(default_factory=deque)
-    workers: dict[str, Worker] = field(default_factory=dict)
-    #: why the last reconcile could not give this endpoint the workers it wants
-    waiting: tuple[WaitReason, ...] = ()
-    never: NoFit | None = None
-    start_failures: int = 0
-    #: starting workers killed from outside in a row (an OOM kill, an operator's kill): they delay, never fail, jobs
-    start_losses: int = 0
-    next_start_at: float = 0.0
-    last_start_error: str = ""
-    worker_seq: int = 0
-    counters: dict[str, int] = field(default_factory=lambda: {"completed": 0, "failed": 0, "retried": 0})
-
-    def live_workers(self) -> list[Worker]:
-        return [w for w in self.workers.values() if w.live]
+#: a worker marked an output binary for a job whose caller did not accept binary output
+_BINARY_REFUSED = JobError(
+    "OutputNotSerializable",
+    "the worker sent a binary (pickled) output for a job whose caller accepts JSON only; return JSON values",
+)
 
 
 class ControlPlane:
@@ -172,6 +92,7 @@ class ControlPlane:
         backend: Backend,
         *,
         worker_secret: str,
+        clock: Clock = SYSTEM_CLOCK,
         tick_s: float = 0.1,
         take_hold_s: float = 20.0,
         stop_grace_s: float = 5.0,
@@ -188,7 +109,7 @@ class ControlPlane:
         base_url: str = "",
     ) -> None:
         self.store = store
-        self.backend = backend
+        self.clock = clock
         #: never handed out: each worker gets its own credential derived from it (``worker_credential``)
         self._worker_secret = worker_secret.encode()
         #: workers ping this often (Runpod's RUNPOD_PING_INTERVAL; at least 1 s, or Runpod's heartbeat dies)
@@ -205,44 +126,55 @@ class ControlPlane:
         self.tick_s = tick_s
         self.take_hold_s = take_hold_s
         self.stop_grace_s = stop_grace_s
-        self.python = python
-        self.worker_env = dict(worker_env or {})
-        self.parent_pid = parent_pid
-        #: where workers reach the plane's worker routes
-        self.base_url = base_url
         #: a durable plane puts running jobs back in the queue when it closes; an embedded one cancels them
         self.requeue_on_close = requeue_on_close
         self.node = node
-        self.devices: list[Device] = backend.devices()
+        self.index = FleetIndex(backend.devices())
         self.endpoints: dict[str, EndpointState] = {}
         self.workers: dict[str, Worker] = {}
-        self.target_files: dict[str, str] = {}
-        self._job_waiters: dict[str, list[Callable[[JobView], None]]] = {}
-        self._stream_waiters: dict[str, list[asyncio.Future[None]]] = {}
-        #: called with the view of every job that reaches a terminal state (webhooks, metrics)
-        self.listeners: list[Callable[[JobView], None]] = []
-        self._on_commit: list[Callable[[], object]] = []
-        self._commit_scheduled = False
+        self.commits = GroupCommit(store)
+        self.waiters = Waiters()
+        self.supervisor = Supervisor(
+            backend,
+            python=python,
+            worker_env=worker_env or {},
+            parent_pid=parent_pid,
+            base_url=base_url,
+            ping_interval_s=self.ping_interval_s,
+            max_result_bytes=max_result_bytes,
+            credential=self.worker_credential,
+            on_line=self._on_line,
+            on_exit=self._on_exit,
+            on_not_ready=self._on_not_ready,
+        )
+        #: endpoints the last reconcile left waiting for something
+        self._waiting: set[str] = set()
+        #: devices passed over until a monotonic time, because a worker placed on them never came up
+        self._set_aside: dict[tuple[str, int], tuple[float, Device]] = {}
         self._next_expiry_check = 0.0
         self._kicked = False
-        #: devices passed over until a monotonic time, because a worker placed on them never came up
-        self._set_aside: dict[tuple[str, int], float] = {}
         self._tick_task: asyncio.Task[None] | None = None
         self._closing = False
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return self.index.devices
 
     # ----------------------------------------------------------------------------------------------------------------
     # lifecycle
 
     async def start(self) -> None:
         self._tick_task = asyncio.create_task(self._ticker())
-        self.backend.watch(self.fleet_changed)
+        self.supervisor.backend.watch(self.fleet_changed)
 
     def fleet_changed(self, devices: list[Device]) -> None:
         """A node joined or left (a Ray cluster's fleet moves): workers on departed devices are lost, and every
         endpoint's "can never run" verdict is made again, so a request waiting for a model runs once a node has it."""
         present = {d.key for d in devices}
-        before = {d.key for d in self.devices}
-        self.devices = list(devices)
+        before = {d.key for d in self.index.devices}
+        self.index.replace(devices)
+        for key in [k for k in self._set_aside if k not in present]:
+            del self._set_aside[key]
         log.info(
             "fleet changed: %d device(s) joined, %d left; now %s",
             len(present - before),
@@ -256,7 +188,7 @@ class ControlPlane:
         for ep in self.endpoints.values():
             if not ep.spec.uses_gpu:
                 continue
-            never = feasible(ep.spec.candidates, ep.spec.gpu_count, self.devices)
+            never = feasible(ep.spec.candidates, ep.spec.gpu_count, devices)
             if never is None and ep.never is not None:
                 log.info("endpoint %r can run now: the fleet has %s", ep.spec.name, self.fleet_summary())
             elif never is not None and ep.never is None:
@@ -280,13 +212,13 @@ class ControlPlane:
                     if self.requeue_on_close:  # interrupted, not failed: it runs again after a restart
                         job.move(JobStatus.IN_QUEUE)
                         job.worker_id, job.placement, job.started_at = None, None, None
-                        self._save(job)
+                        self.commits.save(job)
                     else:
                         self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
                 self._signal_stop(worker, job_id)
             self._mark_stopping(worker)
         await asyncio.sleep(0)  # let the stop long-polls answer before the signals go out
-        await self.backend.close()
+        await self.supervisor.close()
         if not self.requeue_on_close:
             for job in list(self.store.unfinished()):
                 self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
@@ -295,7 +227,7 @@ class ControlPlane:
         while True:
             await asyncio.sleep(self.tick_s)
             try:
-                self._tick(time.monotonic())
+                self.tick()
             except Exception:  # a bug in one tick must not stop the plane
                 log.exception("control plane tick failed")
 
@@ -308,7 +240,7 @@ class ControlPlane:
     def _kick_if_someone_waits(self) -> None:
         """A worker that just became idle matters at once only to endpoints waiting for devices; scaling down by
         idle_timeout is the tick's business. This keeps a reconcile off the path of every job."""
-        if any(ep.waiting for ep in self.endpoints.values()):
+        if self._waiting:
             self.kick()
 
     def _reconcile_now(self) -> None:
@@ -324,18 +256,12 @@ class ControlPlane:
     def listen(self, callback: Callable[[JobView], None]) -> Callable[[], None]:
         """Call ``callback(view)`` for every job that reaches a terminal state, once that is durable; returns an
         unsubscribe."""
-        self.listeners.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self.listeners:
-                self.listeners.remove(callback)
-
-        return unsubscribe
+        return self.waiters.listen(callback)
 
     def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
         """Add an endpoint; ``code_file`` holds its pickled code when ``target`` names no import path or command."""
         if code_file is not None:
-            self.target_files.setdefault(spec.name, code_file)
+            self.supervisor.code_files.setdefault(spec.name, code_file)
         existing = self.endpoints.get(spec.name)
         if existing is not None:
             if existing.spec != spec:
@@ -343,23 +269,23 @@ class ControlPlane:
                     f"endpoint {spec.name!r} is already registered with other options; give each endpoint its own name"
                 )
             return
-        ep = EndpointState(spec, target)
+        ep = EndpointState(spec, target, registered_at=self.clock.time())
         if spec.uses_gpu:
-            ep.never = feasible(spec.candidates, spec.gpu_count, self.devices)
+            ep.never = feasible(spec.candidates, spec.gpu_count, self.index.devices)
             if ep.never is not None:
                 log.warning(self._never_message(spec, ep.never))
         self.endpoints[spec.name] = ep
         self.kick()
 
     def fleet_summary(self) -> str:
-        return fleet_summary(self.devices)
+        return fleet_summary(self.index.devices)
 
     def worker_credential(self, endpoint: str, worker_id: str) -> str:
         """The key of one worker: it opens the worker routes of that endpoint for that worker id only."""
         return worker_credential(self._worker_secret, endpoint, worker_id)
 
     def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
-        models = sorted({d.model_name for d in self.devices})
+        models = sorted({d.model_name for d in self.index.devices})
         hint = (
             f"add a fallback the fleet has, e.g. gpu=[{', '.join(repr(describe(c)) for c in spec.candidates)}, "
             f"{models[0]!r}] or gpu=GpuGroup.ANY"
@@ -410,12 +336,13 @@ class ControlPlane:
             endpoint=endpoint,
             input=payload,
             extra=dict(extra or {}),
+            created_at=self.clock.time(),
             execution_timeout_ms=ep.spec.execution_timeout_ms if execution_timeout_ms is None else execution_timeout_ms,
             ttl_ms=DEFAULT_TTL_MS if ttl_ms is None else ttl_ms,
             size=size,
         )
         self.store.add(job)
-        self._commit_soon()
+        self.commits.soon()
         self._enqueue(ep, job, front=False)
         return job
 
@@ -441,14 +368,7 @@ class ControlPlane:
         if job.status.terminal:
             callback(job.view())
             return lambda: None
-        callbacks = self._job_waiters.setdefault(job_id, [])
-        callbacks.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in callbacks:
-                callbacks.remove(callback)
-
-        return unsubscribe
+        return self.waiters.on_end(job_id, callback)
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         future: asyncio.Future[JobView] = asyncio.get_running_loop().create_future()
@@ -462,7 +382,7 @@ class ControlPlane:
             return TimeoutError(f"job {job_id} is still {job.status.value if job else 'unknown'} after {timeout}s")
 
         unsubscribe = self.on_finish(job_id, resolve)
-        timer = _settle_after(future, timeout, too_late) if timeout is not None else None
+        timer = settle_after(future, timeout, too_late) if timeout is not None else None
         try:
             return await future
         finally:
@@ -489,202 +409,6 @@ class ControlPlane:
                 self._signal_stop(worker, job.id)
                 self._after_job(worker)
 
-    # ----------------------------------------------------------------------------------------------------------------
-    # the worker protocol's verbs
-
-    def _worker(self, endpoint: str, worker_id: str, *, exchange: bool = True) -> Worker | None:
-        """The worker a request names (None if unknown); its first request makes a starting worker ready.
-        ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not)."""
-        worker = self.workers.get(worker_id)
-        if worker is None or worker.endpoint != endpoint:
-            return None
-        if exchange:
-            worker.last_exchange = time.monotonic()
-        if worker.state is WorkerState.STARTING:
-            worker.state = WorkerState.IDLE
-            worker.ever_ready = True
-            worker.idle_since = time.monotonic()
-            ep = self.endpoints[endpoint]
-            ep.start_failures = ep.start_losses = 0
-        return worker
-
-    async def take(
-        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
-    ) -> list[dict[str, Any]]:
-        """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop)."""
-        ep = self.endpoints.get(endpoint)
-        worker = self._worker(endpoint, worker_id)
-        hold = self.take_hold_s if hold_s is None else hold_s
-        if ep is None or worker is None:  # unknown: hold anyway, so a misconfigured worker does not spin
-            await asyncio.sleep(min(hold, 5.0))
-            return []
-        if worker.state is WorkerState.STOPPING:  # answered at once: it is about to exit
-            return []
-        # a retiring worker gets nothing new, but waits like any other (its stop answers it), rather than spin
-        jobs = self._pop(ep, worker, count) if worker.live else []
-        if not jobs:
-            future: asyncio.Future[list[Job]] = asyncio.get_running_loop().create_future()
-            entry = (worker_id, count, future)
-            ep.takers.append(entry)
-            self._kick_if_someone_waits()  # an idle, pulling worker may have devices another endpoint waits for
-            timer = _settle_after(future, hold, list)
-            try:
-                jobs = await future
-            finally:
-                timer.cancel()
-                if entry in ep.takers:
-                    ep.takers.remove(entry)
-        return [self._job_payload(job) for job in jobs]
-
-    def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
-        jobs: list[Job] = []
-        while ep.queue and len(jobs) < count:
-            job = self.store.get(ep.queue.popleft())
-            if job is None or job.status is not JobStatus.IN_QUEUE:
-                continue
-            self._queued(ep, job, -1)
-            self._assign(job, worker)
-            jobs.append(job)
-        return jobs
-
-    def _dispatch(self, ep: EndpointState) -> None:
-        """Hand queued jobs to workers already waiting in a long-poll."""
-        retiring: list[tuple[str, int, asyncio.Future[list[Job]]]] = []
-        while ep.queued and ep.takers:
-            entry = ep.takers.popleft()
-            worker_id, count, future = entry
-            worker = self.workers.get(worker_id)
-            if future.done() or worker is None:
-                continue
-            if not worker.live:  # keeps waiting (its stop answers it), and gets nothing
-                retiring.append(entry)
-                continue
-            jobs = self._pop(ep, worker, count)
-            if jobs:
-                future.set_result(jobs)
-            else:
-                ep.takers.appendleft(entry)
-                break
-        ep.takers.extendleft(reversed(retiring))
-
-    def _assign(self, job: Job, worker: Worker) -> None:
-        job.move(JobStatus.IN_PROGRESS)
-        job.started_at = time.time()
-        job.worker_id = worker.id
-        job.placement = worker.placement()
-        worker.jobs.add(job.id)
-        worker.unnamed.pop(job.id, None)
-        if job.id in worker.to_stop:  # a stop meant for an earlier run of this job must not end this one
-            worker.to_stop.remove(job.id)
-        worker.state = WorkerState.RUNNING
-        self._save(job)
-
-    @staticmethod
-    def _job_payload(job: Job) -> dict[str, Any]:
-        return {"id": job.id, "input": job.input, **job.extra}
-
-    def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
-        """A result (or a progress update) from a worker; idempotent: a late or repeated one changes nothing."""
-        worker = self._worker(endpoint, worker_id)
-        job = self.store.get(job_id)
-        if job is not None and isinstance(body, dict) and job.worker_id == worker_id:
-            if body.get("status") == "IN_PROGRESS":
-                if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
-                    job.output = body.get("output")  # progress is JSON: a binary mark is not kept for it
-                    self._save(job)
-                return
-            if job.status is JobStatus.IN_PROGRESS:
-                self._complete(job, body)
-        if worker is not None:
-            worker.jobs.discard(job_id)
-            self._after_job(worker, stop_pod=isinstance(body, dict) and bool(body.get("stopPod")))
-
-    def output_too_large(self, endpoint: str, worker_id: str, job_id: str, limit: int) -> None:
-        """A worker's result for its job was over ``limit`` bytes: the job fails now (reason ``output_too_large``),
-        rather than be retried with an output that can never be taken."""
-        message = (
-            f"the job's result was larger than the {limit} bytes a worker may post; return less (put large "
-            "results in storage and return a reference), or raise flashpoint serve --max-result-mb"
-        )
-        record = {"error_type": "OutputTooLarge", "error_message": message, "reason": Reason.OUTPUT_TOO_LARGE.value}
-        self.done(endpoint, worker_id, job_id, {"error": json.dumps(record)})
-
-    async def done_batch(
-        self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
-    ) -> list[dict[str, Any]]:
-        """Several results of one worker (``(job id, body)``), then, with ``take``, a long-poll for up to that many
-        jobs: flashpoint's own worker posts what finished together in one exchange, which carries its next jobs."""
-        for job_id, body in results:
-            self.done(endpoint, worker_id, job_id, body)
-        worker = self.workers.get(worker_id)
-        if take > 0 and worker is not None and worker.live:
-            return await self.take(endpoint, worker_id, take)
-        return []
-
-    def _complete(self, job: Job, body: dict[str, Any]) -> None:
-        error = body.get("error")
-        if error:
-            parsed, reason = _parse_error(error)
-            job.output = body.get("output")
-            job.error = parsed
-            self._finish(job, JobStatus.FAILED, reason)
-        elif codec.is_binary(body) and not _binary_allowed(job, body.get("output")):
-            self._finish(job, JobStatus.FAILED, Reason.OUTPUT_NOT_SERIALIZABLE, _BINARY_REFUSED)
-        else:
-            job.output = body.get("output")
-            job.output_binary = codec.is_binary(body)
-            self._finish(job, JobStatus.COMPLETED, Reason.COMPLETED)
-
-    def _after_job(self, worker: Worker, *, stop_pod: bool = False) -> None:
-        if stop_pod:
-            worker.retiring = True
-        if not worker.jobs and worker.state is WorkerState.RUNNING:
-            worker.state = WorkerState.IDLE
-            worker.idle_since = time.monotonic()
-        if worker.retiring and not worker.jobs:
-            self._stop_worker(worker)
-        self._kick_if_someone_waits()
-
-    def stream(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
-        """A streamed chunk from a generator handler: pending until read through ``read_stream``."""
-        self._worker(endpoint, worker_id)
-        job = self.store.get(job_id)
-        if job is not None and job.status is JobStatus.IN_PROGRESS and job.worker_id == worker_id:
-            if not isinstance(body, dict):
-                return
-            chunk = {"output": body.get("output")}
-            if codec.is_binary(body):
-                if not _binary_allowed(job, chunk["output"]):
-                    log.warning("job %s: %s; chunk dropped", job.id, _BINARY_REFUSED.message)
-                    return
-                chunk[codec.ENCODING_KEY] = codec.BINARY_ENCODING
-            job.stream.append(chunk)
-            self._wake_stream(job.id)
-
-    def _wake_stream(self, job_id: str) -> None:
-        for future in self._stream_waiters.pop(job_id, []):
-            if not future.done():
-                future.set_result(None)
-
-    async def read_stream(self, job_id: str, wait_s: float = 0.0) -> tuple[JobView, list[Any]]:
-        """Chunks not yet read (a destructive read), waiting up to ``wait_s`` for one or for the job to end."""
-        job = self.job(job_id)
-        if not job.stream and not job.status.terminal and wait_s > 0:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._stream_waiters.setdefault(job_id, []).append(future)
-            try:
-                await asyncio.wait_for(future, wait_s)
-            except asyncio.TimeoutError:
-                pass
-            job = self.job(job_id)
-        chunks, job.stream = job.stream, []
-        if chunks:
-            self._save(job)
-        return job.view(), chunks
-
-    # ----------------------------------------------------------------------------------------------------------------
-    # the Runpod client API's verbs beyond submit/cancel: retry, purge, health
-
     def retry(self, job_id: str) -> Job:
         """A FAILED or TIMED_OUT job goes back to the queue with the same id; its output and error are dropped."""
         job = self.job(job_id)
@@ -700,7 +424,7 @@ class ControlPlane:
         job.stream = []
         ep = self.endpoint(job.endpoint)
         ep.counters["retried"] += 1
-        self._save(job)
+        self.commits.save(job)
         self._enqueue(ep, job, front=False)
         return job
 
@@ -715,428 +439,6 @@ class ControlPlane:
                 removed += 1
         ep.queue.clear()
         return removed
-
-    def health(self, endpoint: str) -> dict[str, Any]:
-        """Runpod's ``/health`` body: job counters (completed/failed/retried monotonic) and workers by state."""
-        ep = self.endpoint(endpoint)
-        in_progress = sum(len(w.jobs) for w in ep.workers.values())
-        states = [w.state for w in ep.workers.values()]
-        return {
-            "jobs": {
-                "completed": ep.counters["completed"],
-                "failed": ep.counters["failed"],
-                "inProgress": in_progress,
-                "inQueue": ep.queued,
-                "retried": ep.counters["retried"],
-            },
-            "workers": {
-                "idle": states.count(WorkerState.IDLE),
-                "initializing": states.count(WorkerState.STARTING),
-                "ready": states.count(WorkerState.IDLE) + states.count(WorkerState.RUNNING),
-                "running": states.count(WorkerState.RUNNING),
-                "throttled": 0,
-                "unhealthy": sum(1 for w in ep.workers.values() if w.state is WorkerState.STOPPING and w.retiring),
-            },
-        }
-
-    async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
-        """Long-poll: job ids this worker must stop (cancelled or timed out)."""
-        worker = self._worker(endpoint, worker_id, exchange=False)
-        if worker is None:
-            await asyncio.sleep(min(self.take_hold_s if hold_s is None else hold_s, 5.0))
-            return []
-        if not worker.to_stop:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            worker.stop_waiter = future
-            try:
-                await asyncio.wait_for(future, self.take_hold_s if hold_s is None else hold_s)
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                if worker.stop_waiter is future:
-                    worker.stop_waiter = None
-        ids, worker.to_stop = worker.to_stop, []
-        return ids
-
-    def ping(self, endpoint: str, worker_id: str, job_ids: list[str] | None = None) -> None:
-        """A heartbeat; ``job_ids`` are the jobs the worker says it runs (Runpod's ping ``job_id``), when it says.
-
-        A job the worker holds but its pings stop naming was lost inside the worker: past ``lost_job_grace_s`` the
-        tick's watchdog (``_watch_workers``) gives it back to the queue, and loses the worker if it is wedged.
-        """
-        worker = self._worker(endpoint, worker_id, exchange=False)
-        if worker is None or job_ids is None:
-            return
-        named, now = set(job_ids), time.monotonic()
-        worker.unnamed = {j: worker.unnamed.get(j, now) for j in worker.jobs if j not in named}
-
-    def _signal_stop(self, worker: Worker, job_id: str) -> None:
-        worker.to_stop.append(job_id)
-        worker.jobs.discard(job_id)
-        if worker.stop_waiter is not None and not worker.stop_waiter.done():
-            worker.stop_waiter.set_result(None)
-
-    # ----------------------------------------------------------------------------------------------------------------
-    # finishing jobs
-
-    def _finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
-        job.move(status)
-        job.reason = reason
-        job.finished_at = time.time()
-        if error is not None:
-            job.error = error
-        if job.error is None and reason in _REASON_TEXT:
-            job.error = JobError(status.value.title().replace("_", ""), _REASON_TEXT[reason])
-        ep = self.endpoints.get(job.endpoint)
-        if ep is not None:
-            if status is JobStatus.COMPLETED:
-                ep.counters["completed"] += 1
-            elif status is JobStatus.FAILED:
-                ep.counters["failed"] += 1
-        self._save(job)
-        self._wake_stream(job.id)
-        callbacks = self._job_waiters.pop(job.id, None)
-        if callbacks or self.listeners:
-            view = job.view()
-            # nobody hears of the end before it is durable: a restart could otherwise run it (and end it) again
-            self._on_commit.append(lambda: self._notify(view, callbacks or []))
-
-    def _notify(self, view: JobView, callbacks: list[Callable[[JobView], None]]) -> None:
-        for callback in [*callbacks, *self.listeners]:
-            try:
-                callback(view)
-            except Exception:  # one broken waiter or listener must not keep the others from the result
-                log.exception("job waiter failed")
-
-    # ----------------------------------------------------------------------------------------------------------------
-    # persistence: every change is written through; one commit per loop iteration covers all of them
-
-    def _save(self, job: Job) -> None:
-        self.store.update(job)
-        self._commit_soon()
-
-    def _commit_soon(self) -> None:
-        if not self._commit_scheduled:
-            self._commit_scheduled = True
-            asyncio.get_running_loop().call_soon(self._commit)
-
-    def _commit(self) -> None:
-        self._commit_scheduled = False
-        try:
-            self.store.flush()
-        except Exception:
-            log.exception("committing job changes failed; they will be retried with the next change")
-            return
-        callbacks, self._on_commit = self._on_commit, []
-        for callback in callbacks:
-            callback()
-
-    async def committed(self) -> None:
-        """Wait until every change made so far is durable."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def done() -> None:
-            if not future.done():
-                future.set_result(None)
-
-        self._on_commit.append(done)
-        self._commit_soon()
-        await future
-
-    # ----------------------------------------------------------------------------------------------------------------
-    # workers: start, output, exit, stop
-
-    def _inventory(self) -> tuple[FleetIndex, Callable[[Holder], bool]]:
-        index = FleetIndex(self.devices)
-        idle: set[str] = set()
-        for worker in self.workers.values():
-            ep = self.endpoints[worker.endpoint]
-            if (
-                worker.state is WorkerState.IDLE
-                and worker.live
-                and not worker.jobs
-                and ep.queued == 0
-                and len(ep.live_workers()) > ep.spec.workers_min
-            ):
-                idle.add(worker.id)
-            index.hold([d for d in worker.devices if index.is_free(d)], Holder(worker.id, worker.endpoint))
-        if self._set_aside:
-            now = time.monotonic()
-            by_key = {d.key: d for d in index.devices}
-            for key, until in list(self._set_aside.items()):
-                if until <= now:
-                    del self._set_aside[key]
-                elif key in by_key and index.is_free(by_key[key]):
-                    index.hold((by_key[key],), Holder("", SET_ASIDE))
-        return index, lambda holder: holder.worker_id in idle
-
-    def _desired(self, ep: EndpointState, now: float) -> int:
-        spec = ep.spec
-        live = ep.live_workers()
-        running = sum(len(w.jobs) for w in live)
-        if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
-            want = math.ceil((ep.queued + running) / spec.scaler_value)
-        else:
-            want = len(live)
-            if ep.queued:
-                starting = any(w.state is WorkerState.STARTING for w in live)
-                idle = any(w.state is WorkerState.IDLE for w in live)
-                if not live:
-                    want = 1
-                elif not starting and not idle and now - self._oldest_wait(ep) >= spec.scaler_value:
-                    want = len(live) + 1
-        return min(max(want, spec.workers_min), spec.workers_max)
-
-    def _oldest_wait(self, ep: EndpointState) -> float:
-        """Monotonic time at which the oldest queued job of ``ep`` was queued (approximated from wall time)."""
-        for job_id in ep.queue:
-            job = self.store.get(job_id)
-            if job is not None and job.status is JobStatus.IN_QUEUE:
-                return time.monotonic() - (time.time() - job.created_at)
-        return time.monotonic()
-
-    def reconcile(self) -> None:
-        """Start the workers endpoints want, oldest waiter first; reclaim idle devices for waiters; record why not."""
-        if self._closing:
-            return
-        now = time.monotonic()
-        order = sorted(
-            self.endpoints.values(), key=lambda e: (0, self._oldest_wait(e)) if e.queued else (1, e.registered_at)
-        )
-        for ep in order:
-            self._reconcile_endpoint(ep, now)
-
-    def _reconcile_endpoint(self, ep: EndpointState, now: float) -> None:
-        spec = ep.spec
-        waiting: list[WaitReason] = []
-        want = self._desired(ep, now)
-        live = ep.live_workers()
-        while len(live) < want:
-            if len(ep.workers) >= spec.workers_max:
-                # workers on their way out still hold devices: an endpoint never holds more than gpu_count x max
-                waiting.append(
-                    WaitReason(
-                        spec.describe_gpu(),
-                        Code.MAX_WORKERS,
-                        f"{len(ep.workers) - len(live)} worker(s) of this endpoint are stopping; "
-                        f"at most {spec.workers_max} may hold devices at once",
-                    )
-                )
-                break
-            if ep.next_start_at > now:
-                waiting.append(
-                    WaitReason(
-                        spec.describe_gpu(),
-                        Code.START_BACKOFF,
-                        f"{ep.start_failures} worker start(s) failed and {ep.start_losses} starting worker(s) were "
-                        f"killed from outside; next attempt in {ep.next_start_at - now:.1f}s; "
-                        f"last error: {ep.last_start_error or '?'}",
-                    )
-                )
-                break
-            if not spec.uses_gpu:
-                self._start_worker(ep, (), None)
-                live = ep.live_workers()
-                continue
-            index, yieldable = self._inventory()
-            result = place(spec.candidates, spec.gpu_count, index, yieldable)
-            if isinstance(result, NoFit):
-                waiting.extend(result.reasons)
-                break
-            if result.reclaim:
-                for holder in result.reclaim:
-                    worker = self.workers.get(holder.worker_id)
-                    if worker is not None:
-                        log.info(
-                            "worker %s of %s is idle: yielding its devices to %s", worker.id, worker.endpoint, spec.name
-                        )
-                        self._stop_worker(worker)
-                waiting.append(
-                    WaitReason(
-                        describe(result.candidate),
-                        Code.BUSY,
-                        "idle workers of other endpoints are giving their devices up for this one",
-                        tuple(sorted({h.endpoint for h in result.reclaim})),
-                    )
-                )
-                break
-            self._start_worker(ep, result.devices, result)
-            live = ep.live_workers()
-        if ep.queued and len(live) >= spec.workers_max and not waiting:
-            busy = all(w.jobs or w.state is WorkerState.STARTING for w in live)
-            if busy:
-                waiting.append(
-                    WaitReason(
-                        spec.describe_gpu(),
-                        Code.MAX_WORKERS,
-                        f"all {spec.workers_max} worker(s) allowed are busy; raise workers= to run more at once",
-                    )
-                )
-        if ep.queued and not waiting:
-            if any(w.state is WorkerState.STARTING for w in live):
-                waiting.append(WaitReason(spec.describe_gpu(), Code.WORKER_STARTING, "a worker is starting"))
-            elif live and all(w.jobs for w in live):
-                waiting.append(
-                    WaitReason(
-                        spec.describe_gpu(),
-                        Code.SCALER,
-                        f"workers are busy; {spec.scaler_type.value} adds one after {spec.scaler_value}"
-                        + (
-                            "s of queueing"
-                            if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY
-                            else " jobs per worker"
-                        ),
-                    )
-                )
-        ep.waiting = tuple(waiting)
-
-    def _start_worker(self, ep: EndpointState, devices: tuple[Device, ...], fit: Fit | None) -> None:
-        ep.worker_seq += 1
-        worker = Worker(
-            id=f"{ep.spec.name}-w{ep.worker_seq}-{secrets.token_hex(3)}",
-            endpoint=ep.spec.name,
-            devices=devices,
-            node=devices[0].node if devices else self.node,
-        )
-        self.workers[worker.id] = worker
-        ep.workers[worker.id] = worker
-        launch = Launch(worker.id, ep.spec.name, self._argv(ep), self._env(ep, worker), devices, ep.target.cwd)
-        log.info(
-            "starting worker %s for %s on %s",
-            worker.id,
-            ep.spec.name,
-            f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}" if devices else "cpu",
-        )
-        asyncio.get_running_loop().create_task(self._launch(worker, launch))
-
-    async def _launch(self, worker: Worker, launch: Launch) -> None:
-        try:
-            worker.device_ids = await self.backend.start(launch, self._on_line, self._on_exit)
-        except NotReadyError as exc:
-            # not the endpoint's fault: pass these devices over for a while, and place the worker on the next candidate
-            log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
-            until = time.monotonic() + SET_ASIDE_S
-            for device in launch.devices:
-                self._set_aside[device.key] = until
-            worker.state = WorkerState.STOPPING
-            self._on_exit(worker.id, -1)
-        except BackendError as exc:
-            worker.stderr_tail.append(str(exc))
-            self._on_exit(worker.id, -1, failed=True)
-
-    def _argv(self, ep: EndpointState) -> list[str]:
-        target = ep.target
-        if target.command is not None:
-            command = list(target.command)
-            if command[0] in ("python", "python3"):  # the plane's interpreter: the one flashpoint is installed in
-                command[0] = self.python
-            if self.parent_pid is None:
-                return command
-            return [self.python, "-m", "flashpoint.worker.launch", "--parent", str(self.parent_pid), "--", *command]
-        if target.import_path is not None:
-            return [self.python, "-m", "flashpoint.worker", "--import", target.import_path]
-        path = self.target_files.get(ep.spec.name)
-        if path is None:
-            raise BackendError(f"endpoint {ep.spec.name!r} has no code file; register it with a target")
-        return [self.python, "-m", "flashpoint.worker", "--pickle", path]
-
-    def _env(self, ep: EndpointState, worker: Worker) -> dict[str, str]:
-        base, name = self.base_url, ep.spec.name
-        gpu = (worker.placement().gpu_model or "cpu").replace(" ", "-")
-        env = dict(self.worker_env)
-        env.update(ep.spec.env)
-        env.update(
-            {
-                "CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in worker.devices),
-                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's order, which is the order device indices come from
-                "FLASHPOINT_GPU_MODEL": worker.placement().gpu_model or "",
-                "FLASHPOINT_GPU_SIMULATED": "1" if any(d.simulated for d in worker.devices) else "0",
-                "FLASHPOINT_ENDPOINT": name,
-                "FLASHPOINT_WORKER_ID": worker.id,
-                "FLASHPOINT_MAX_CONCURRENCY": str(ep.spec.max_concurrency),
-                "FLASHPOINT_DEPENDENCIES": json.dumps(list(ep.spec.dependencies)),
-                "RUNPOD_WEBHOOK_GET_JOB": f"{base}/v2/{name}/job-take/$ID?gpu={gpu}",
-                "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/v2/{name}/job-done/$RUNPOD_POD_ID/$ID?gpu={gpu}",
-                "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/v2/{name}/job-stream/$RUNPOD_POD_ID/$ID?gpu={gpu}",
-                "RUNPOD_WEBHOOK_PING": f"{base}/v2/{name}/ping/$RUNPOD_POD_ID?gpu={gpu}",
-                "RUNPOD_POD_ID": worker.id,
-                "RUNPOD_AI_API_KEY": self.worker_credential(name, worker.id),
-                "RUNPOD_PING_INTERVAL": str(int(self.ping_interval_s * 1000)),
-                "FLASHPOINT_MAX_RESULT_BYTES": str(self.max_result_bytes),
-                "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
-            }
-        )
-        if self.parent_pid is not None:
-            env["FLASHPOINT_PARENT_PID"] = str(self.parent_pid)
-        return env
-
-    def _on_line(self, worker_id: str, stream: str, line: str) -> None:
-        worker = self.workers.get(worker_id)
-        endpoint = worker.endpoint if worker else "?"
-        job_id = None
-        if line.startswith(LOG_MARK):
-            job_id, _, line = line[len(LOG_MARK) :].partition("\x1f")
-        if worker is not None and stream == "stderr":
-            worker.stderr_tail.append(line)
-        if job_id:
-            job = self.store.get(job_id)
-            if job is not None and len(job.logs) < MAX_JOB_LOG_LINES:
-                job.logs.append(line)
-                if job.status.terminal:  # a running job's lines are written with its next change
-                    self._save(job)
-        worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
-
-    def _on_exit(self, worker_id: str, code: int, *, failed: bool | None = None) -> None:
-        """A worker process ended. Before its first pull that is a failed start only if it ``failed`` by itself
-        (by default: judged from ``code``, see ``scheduler.exits``); a worker killed from outside is only lost."""
-        worker = self.workers.get(worker_id)
-        if worker is None:
-            return
-        expected = worker.state is WorkerState.STOPPING
-        self._forget(worker, f"worker {worker_id} ended ({describe_exit(code)})")
-        if expected or self._closing:
-            return
-        ep = self.endpoints[worker.endpoint]
-        if worker.ever_ready:
-            log.warning("worker %s of %s ended unexpectedly (%s)", worker_id, worker.endpoint, describe_exit(code))
-        elif failed_by_itself(code) if failed is None else failed:
-            self._start_failed(ep, worker, code)
-        else:
-            self._start_lost(ep, worker, code)
-
-    def _lose(self, worker: Worker, why: str) -> None:
-        """A worker whose devices left the fleet: its jobs follow the retry rule now, and its process is ended."""
-        log.warning("worker %s of %s is lost: %s", worker.id, worker.endpoint, why)
-        self._mark_stopping(worker)
-        self._forget(worker, f"worker {worker.id} was lost ({why})")
-        asyncio.get_running_loop().create_task(self.backend.stop(worker.id, 0.0))
-
-    def _forget(self, worker: Worker, what: str) -> None:
-        """Drop a worker that is gone; its running jobs go back to the queue under the retry rule."""
-        self.workers.pop(worker.id, None)
-        ep = self.endpoints[worker.endpoint]
-        ep.workers.pop(worker.id, None)
-        if worker.stop_waiter is not None and not worker.stop_waiter.done():
-            worker.stop_waiter.set_result(None)
-        for job_id in sorted(worker.jobs):
-            job = self.store.get(job_id)
-            if job is not None and job.status is JobStatus.IN_PROGRESS:
-                self._worker_lost(ep, job, what)
-        self.kick()
-
-    def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
-        """The retry rule: a job whose worker is lost goes back to the front of the queue once, then fails."""
-        if job.retries < MAX_RETRIES:
-            log.warning("%s while running job %s; retrying it", what, job.id)
-            job.move(JobStatus.IN_QUEUE)
-            job.retries += 1
-            job.worker_id, job.placement, job.started_at = None, None, None
-            ep.counters["retried"] += 1
-            self._save(job)
-            self._enqueue(ep, job, front=True)
-        else:
-            message = f"{what} while running the job, which had already been retried {job.retries} time(s)"
-            self._finish(job, JobStatus.FAILED, Reason.WORKER_LOST, JobError("WorkerLost", message))
 
     def recover(self) -> int:
         """Queue again what an earlier run of this plane left unfinished (a durable store); returns the count.
@@ -1158,11 +460,434 @@ class ControlPlane:
             recovered += 1
         return recovered
 
+    async def committed(self) -> None:
+        """Wait until every change made so far is durable."""
+        await self.commits.committed()
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # the worker protocol's verbs
+
+    def _worker(self, endpoint: str, worker_id: str, *, exchange: bool = True) -> Worker | None:
+        """The worker a request names (None if unknown); its first request makes a starting worker ready.
+        ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not)."""
+        worker = self.workers.get(worker_id)
+        if worker is None or worker.endpoint != endpoint:
+            return None
+        now = self.clock.monotonic()
+        if exchange:
+            worker.last_exchange = now
+        if worker.state is WorkerState.STARTING:
+            worker.state = WorkerState.IDLE
+            worker.ever_ready = True
+            worker.idle_since = now
+            ep = self.endpoints[endpoint]
+            ep.start_failures = ep.start_losses = 0
+        return worker
+
+    async def take(
+        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop)."""
+        ep = self.endpoints.get(endpoint)
+        worker = self._worker(endpoint, worker_id)
+        hold = self.take_hold_s if hold_s is None else hold_s
+        if ep is None or worker is None:  # unknown: hold anyway, so a misconfigured worker does not spin
+            await asyncio.sleep(min(hold, 5.0))
+            return []
+        if worker.state is WorkerState.STOPPING:  # answered at once: it is about to exit
+            return []
+        # a retiring worker gets nothing new, but waits like any other (its stop answers it), rather than spin
+        jobs = self._pop(ep, worker, count) if worker.live else []
+        if not jobs:
+            future: asyncio.Future[list[Job]] = asyncio.get_running_loop().create_future()
+            entry: Taker = (worker_id, count, future)
+            ep.takers.append(entry)
+            self._kick_if_someone_waits()  # an idle, pulling worker may have devices another endpoint waits for
+            timer = settle_after(future, hold, list)
+            try:
+                jobs = await future
+            finally:
+                timer.cancel()
+                if entry in ep.takers:
+                    ep.takers.remove(entry)
+        return [wire.job_payload(job.id, job.input, job.extra) for job in jobs]
+
+    def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
+        jobs: list[Job] = []
+        while ep.queue and len(jobs) < count:
+            job = self.store.get(ep.queue.popleft())
+            if job is None or job.status is not JobStatus.IN_QUEUE:
+                continue
+            self._queued(ep, job, -1)
+            self._assign(job, worker)
+            jobs.append(job)
+        return jobs
+
+    def _dispatch(self, ep: EndpointState) -> None:
+        """Hand queued jobs to workers already waiting in a long-poll."""
+        retiring: list[Taker] = []
+        while ep.queued and ep.takers:
+            entry = ep.takers.popleft()
+            worker_id, count, future = entry
+            worker = self.workers.get(worker_id)
+            if future.done() or worker is None:
+                continue
+            if not worker.live:  # keeps waiting (its stop answers it), and gets nothing
+                retiring.append(entry)
+                continue
+            jobs = self._pop(ep, worker, count)
+            if jobs:
+                future.set_result(jobs)
+            else:
+                ep.takers.appendleft(entry)
+                break
+        ep.takers.extendleft(reversed(retiring))
+
+    def _assign(self, job: Job, worker: Worker) -> None:
+        job.move(JobStatus.IN_PROGRESS)
+        job.started_at = self.clock.time()
+        job.worker_id = worker.id
+        job.placement = worker.placement()
+        worker.jobs.add(job.id)
+        worker.unnamed.pop(job.id, None)
+        if job.id in worker.to_stop:  # a stop meant for an earlier run of this job must not end this one
+            worker.to_stop.remove(job.id)
+        worker.state = WorkerState.RUNNING
+        self.commits.save(job)
+
+    def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        """A result (or a progress update) from a worker; idempotent: a late or repeated one changes nothing."""
+        worker = self._worker(endpoint, worker_id)
+        job = self.store.get(job_id)
+        if job is not None and isinstance(body, dict) and job.worker_id == worker_id:
+            if body.get("status") == "IN_PROGRESS":
+                if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
+                    job.output = body.get("output")  # progress is JSON: a binary mark is not kept for it
+                    self.commits.save(job)
+                return
+            if job.status is JobStatus.IN_PROGRESS:
+                self._complete(job, body)
+        if worker is not None:
+            worker.jobs.discard(job_id)
+            self._after_job(worker, stop_pod=isinstance(body, dict) and bool(body.get("stopPod")))
+
+    def output_too_large(self, endpoint: str, worker_id: str, job_id: str, limit: int) -> None:
+        """A worker's result for its job was over ``limit`` bytes: the job fails now (reason ``output_too_large``),
+        rather than be retried with an output that can never be taken."""
+        message = (
+            f"the job's result was larger than the {limit} bytes a worker may post; return less (put large "
+            "results in storage and return a reference), or raise flashpoint serve --max-result-mb"
+        )
+        body = wire.error_record("OutputTooLarge", message, reason=Reason.OUTPUT_TOO_LARGE)
+        self.done(endpoint, worker_id, job_id, body)
+
+    async def done_batch(
+        self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
+    ) -> list[dict[str, Any]]:
+        """Several results of one worker (``(job id, body)``), then, with ``take``, a long-poll for up to that many
+        jobs: flashpoint's own worker posts what finished together in one exchange, which carries its next jobs."""
+        for job_id, body in results:
+            self.done(endpoint, worker_id, job_id, body)
+        worker = self.workers.get(worker_id)
+        if take > 0 and worker is not None and worker.live:
+            return await self.take(endpoint, worker_id, take)
+        return []
+
+    def _complete(self, job: Job, body: dict[str, Any]) -> None:
+        error = body.get("error")
+        if error:
+            parsed, reason = wire.parse_error(error)
+            job.output = body.get("output")
+            job.error = parsed
+            self._finish(job, JobStatus.FAILED, reason)
+        elif codec.is_binary(body) and not _binary_allowed(job, body.get("output")):
+            self._finish(job, JobStatus.FAILED, Reason.OUTPUT_NOT_SERIALIZABLE, _BINARY_REFUSED)
+        else:
+            job.output = body.get("output")
+            job.output_binary = codec.is_binary(body)
+            self._finish(job, JobStatus.COMPLETED, Reason.COMPLETED)
+
+    def _after_job(self, worker: Worker, *, stop_pod: bool = False) -> None:
+        if stop_pod:
+            worker.retiring = True
+        if not worker.jobs and worker.state is WorkerState.RUNNING:
+            worker.state = WorkerState.IDLE
+            worker.idle_since = self.clock.monotonic()
+        if worker.retiring and not worker.jobs:
+            self._stop_worker(worker)
+        self._kick_if_someone_waits()
+
+    def stream(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        """A streamed chunk from a generator handler: pending until read through ``read_stream``."""
+        self._worker(endpoint, worker_id)
+        job = self.store.get(job_id)
+        if job is not None and job.status is JobStatus.IN_PROGRESS and job.worker_id == worker_id:
+            if not isinstance(body, dict):
+                return
+            chunk = {"output": body.get("output")}
+            if codec.is_binary(body):
+                if not _binary_allowed(job, chunk["output"]):
+                    log.warning("job %s: %s; chunk dropped", job.id, _BINARY_REFUSED.message)
+                    return
+                chunk[codec.ENCODING_KEY] = codec.BINARY_ENCODING
+            job.stream.append(chunk)
+            self.waiters.chunk_arrived(job.id)
+
+    async def read_stream(self, job_id: str, wait_s: float = 0.0) -> tuple[JobView, list[Any]]:
+        """Chunks not yet read (a destructive read), waiting up to ``wait_s`` for one or for the job to end."""
+        job = self.job(job_id)
+        if not job.stream and not job.status.terminal and wait_s > 0:
+            await self.waiters.next_chunk(job_id, wait_s)
+            job = self.job(job_id)
+        chunks, job.stream = job.stream, []
+        if chunks:
+            self.commits.save(job)
+        return job.view(), chunks
+
+    async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
+        """Long-poll: job ids this worker must stop (cancelled or timed out)."""
+        worker = self._worker(endpoint, worker_id, exchange=False)
+        hold = self.take_hold_s if hold_s is None else hold_s
+        if worker is None:
+            await asyncio.sleep(min(hold, 5.0))
+            return []
+        if not worker.to_stop:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            worker.stop_waiter = future
+            timer = settle_after(future, hold, lambda: None)
+            try:
+                await future
+            finally:
+                timer.cancel()
+                if worker.stop_waiter is future:
+                    worker.stop_waiter = None
+        ids, worker.to_stop = worker.to_stop, []
+        return ids
+
+    def ping(self, endpoint: str, worker_id: str, job_ids: list[str] | None = None) -> None:
+        """A heartbeat; ``job_ids`` are the jobs the worker says it runs (Runpod's ping ``job_id``), when it says.
+
+        A job the worker holds but its pings stop naming was lost inside the worker: past ``lost_job_grace_s`` the
+        tick's watchdog (``_watch_workers``) gives it back to the queue, and loses the worker if it is wedged.
+        """
+        worker = self._worker(endpoint, worker_id, exchange=False)
+        if worker is None or job_ids is None:
+            return
+        named, now = set(job_ids), self.clock.monotonic()
+        worker.unnamed = {j: worker.unnamed.get(j, now) for j in worker.jobs if j not in named}
+
+    def _signal_stop(self, worker: Worker, job_id: str) -> None:
+        worker.to_stop.append(job_id)
+        worker.jobs.discard(job_id)
+        _wake(worker)
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # finishing jobs
+
+    def _finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
+        job.move(status)
+        job.reason = reason
+        job.finished_at = self.clock.time()
+        if error is not None:
+            job.error = error
+        if job.error is None and reason in _REASON_TEXT:
+            job.error = JobError(status.value.title().replace("_", ""), _REASON_TEXT[reason])
+        ep = self.endpoints.get(job.endpoint)
+        if ep is not None:
+            if status is JobStatus.COMPLETED:
+                ep.counters["completed"] += 1
+            elif status is JobStatus.FAILED:
+                ep.counters["failed"] += 1
+        self.commits.save(job)
+        self.waiters.chunk_arrived(job.id)
+        notify = self.waiters.take_ended(job.id)
+        if notify is not None:
+            view = job.view()
+            # nobody hears of the end before it is durable: a restart could otherwise run it (and end it) again
+            self.commits.after_commit(lambda: notify(view))
+
+    def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
+        """The retry rule: a job whose worker is lost goes back to the front of the queue once, then fails."""
+        if job.retries < MAX_RETRIES:
+            log.warning("%s while running job %s; retrying it", what, job.id)
+            job.move(JobStatus.IN_QUEUE)
+            job.retries += 1
+            job.worker_id, job.placement, job.started_at = None, None, None
+            ep.counters["retried"] += 1
+            self.commits.save(job)
+            self._enqueue(ep, job, front=True)
+        else:
+            message = f"{what} while running the job, which had already been retried {job.retries} time(s)"
+            self._finish(job, JobStatus.FAILED, Reason.WORKER_LOST, JobError("WorkerLost", message))
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # scaling: plan, then apply
+
+    def plan(self) -> planner.Plan:
+        """What reconcile would do now, without doing it: the reads' view of the scaler."""
+        oldest = {name: t for name, ep in self.endpoints.items() if ep.queued and (t := self._oldest(ep)) is not None}
+        return planner.plan(
+            self.endpoints,
+            self.workers,
+            self.index,
+            now=self.clock.monotonic(),
+            wall=self.clock.time(),
+            oldest=oldest,
+        )
+
+    def _oldest(self, ep: EndpointState) -> float | None:
+        """Wall time at which the oldest job still queued for ``ep`` was queued."""
+        for job_id in ep.queue:
+            job = self.store.get(job_id)
+            if job is not None and job.status is JobStatus.IN_QUEUE:
+                return job.created_at
+        return None
+
+    def reconcile(self) -> None:
+        """Start the workers endpoints want, oldest waiter first; reclaim idle devices for waiters; record why not."""
+        if self._closing:
+            return
+        plan = self.plan()
+        for reclaim in plan.reclaims:
+            worker = self.workers.get(reclaim.worker_id)
+            if worker is not None:
+                log.info(
+                    "worker %s of %s is idle: yielding its devices to %s",
+                    worker.id,
+                    worker.endpoint,
+                    reclaim.for_endpoint,
+                )
+                self._stop_worker(worker)
+        for start in plan.starts:
+            self._start_worker(self.endpoints[start.endpoint], start.fit)
+        for name, reasons in plan.waiting.items():
+            self.endpoints[name].waiting = reasons
+        self._waiting = {name for name, reasons in plan.waiting.items() if reasons}
+
+    def _start_worker(self, ep: EndpointState, fit: Fit | None) -> None:
+        devices = fit.devices if fit is not None else ()
+        now = self.clock.monotonic()
+        worker = Worker(
+            id=f"{ep.spec.name}-w{ep.worker_seq + 1}-{secrets.token_hex(3)}",
+            endpoint=ep.spec.name,
+            devices=devices,
+            node=devices[0].node if devices else self.node,
+            started_at=now,
+            idle_since=now,
+            last_exchange=now,
+        )
+        try:  # built before the worker is recorded: if it cannot be, nothing holds the devices
+            launch = self.supervisor.launch(ep, worker)
+        except BackendError as exc:
+            worker.stderr_tail.append(str(exc))
+            self._start_failed(ep, worker, -1)
+            return
+        ep.worker_seq += 1
+        self.workers[worker.id] = worker
+        ep.workers[worker.id] = worker
+        if devices:
+            self.index.hold(devices, Holder(worker.id, ep.spec.name))
+        log.info(
+            "starting worker %s for %s on %s",
+            worker.id,
+            ep.spec.name,
+            f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}" if devices else "cpu",
+        )
+        self.supervisor.start(worker, launch)
+
+    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None:
+        if worker.state is WorkerState.STOPPING:
+            return
+        self._mark_stopping(worker)
+        self.supervisor.stop(worker.id, self.stop_grace_s if grace_s is None else grace_s)
+
+    def _mark_stopping(self, worker: Worker) -> None:
+        worker.state = WorkerState.STOPPING
+        _wake(worker)  # answer its job-stop long-poll: the worker can exit at once
+        ep = self.endpoints.get(worker.endpoint)
+        if ep is not None:
+            self._release_takers(ep, worker.id)
+
+    def _release_takers(self, ep: EndpointState, worker_id: str | None) -> None:
+        for entry in list(ep.takers):
+            if worker_id is None or entry[0] == worker_id:
+                ep.takers.remove(entry)
+                if not entry[2].done():
+                    entry[2].set_result([])
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # what the backend reports: output lines, exits, places that never came up
+
+    def _on_line(self, worker_id: str, channel: str, line: str) -> None:
+        worker = self.workers.get(worker_id)
+        job_id, line = wire.untag_line(line)
+        if worker is not None and channel == "stderr":
+            worker.stderr_tail.append(line)
+        if job_id:
+            job = self.store.get(job_id) if _JOB_ID.fullmatch(job_id) else None
+            # only the worker that ran the job writes to its log
+            if job is not None and job.worker_id == worker_id and len(job.logs) < MAX_JOB_LOG_LINES:
+                job.logs.append(line)
+                if job.status.terminal:  # a running job's lines are written with its next change
+                    self.commits.save(job)
+        endpoint = worker.endpoint if worker else "?"
+        worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
+
+    def _on_exit(self, worker_id: str, code: int, failed: bool | None = None) -> None:
+        """A worker process ended. Before its first pull that is a failed start only if it ``failed`` by itself
+        (by default: judged from ``code``, see ``scheduler.exits``); a worker killed from outside is only lost."""
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return
+        expected = worker.state is WorkerState.STOPPING
+        self._forget(worker, f"worker {worker_id} ended ({describe_exit(code)})")
+        if expected or self._closing:
+            return
+        ep = self.endpoints[worker.endpoint]
+        if worker.ever_ready:
+            log.warning("worker %s of %s ended unexpectedly (%s)", worker_id, worker.endpoint, describe_exit(code))
+        elif failed_by_itself(code) if failed is None else failed:
+            self._start_failed(ep, worker, code)
+        else:
+            self._start_lost(ep, worker, code)
+
+    def _on_not_ready(self, worker: Worker, exc: NotReadyError) -> None:
+        """The worker's place never came up (a Ray actor not ready in time): not the endpoint's fault. Its devices
+        are passed over for a while, and the next worker goes to the next candidate."""
+        log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
+        worker.state = WorkerState.STOPPING
+        self._on_exit(worker.id, -1)
+        until = self.clock.monotonic() + SET_ASIDE_S
+        for device in worker.devices:
+            if device in self.index and self.index.is_free(device):
+                self.index.hold((device,), Holder("", SET_ASIDE))
+                self._set_aside[device.key] = (until, device)
+
+    def _lose(self, worker: Worker, why: str) -> None:
+        """A worker given up on (its devices left the fleet; it is wedged): its jobs follow the retry rule now, and
+        its process is ended."""
+        log.warning("worker %s of %s is lost: %s", worker.id, worker.endpoint, why)
+        self._mark_stopping(worker)
+        self._forget(worker, f"worker {worker.id} was lost ({why})")
+        self.supervisor.stop(worker.id, 0.0)
+
+    def _forget(self, worker: Worker, what: str) -> None:
+        """Drop a worker that is gone; its devices return, its running jobs go back under the retry rule."""
+        self.workers.pop(worker.id, None)
+        ep = self.endpoints[worker.endpoint]
+        ep.workers.pop(worker.id, None)
+        self.index.release(worker.devices)
+        _wake(worker)
+        for job_id in sorted(worker.jobs):
+            job = self.store.get(job_id)
+            if job is not None and job.status is JobStatus.IN_PROGRESS:
+                self._worker_lost(ep, job, what)
+        self.kick()
+
     def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None:
         ep.start_failures += 1
         ep.last_start_error = "\n".join(worker.stderr_tail)[-2000:] or f"exit code {code}"
-        delay = min(0.5 * 2 ** (ep.start_failures - 1), 30.0)
-        ep.next_start_at = time.monotonic() + delay
+        ep.next_start_at = self.clock.monotonic() + failed_start_delay(ep.start_failures)
         log.error(
             "worker %s of %s exited with code %s before taking a job (attempt %d of %d):\n%s",
             worker.id,
@@ -1189,8 +914,8 @@ class ControlPlane:
         """A starting worker killed from outside: not its handler's fault, so no failed start is counted and the
         queued jobs wait for the next worker; a short back-off keeps a kill loop (say, OOM) from spinning."""
         ep.start_losses += 1
-        delay = min(0.5 * 2 ** (ep.start_losses - 1), LOST_START_BACKOFF_MAX_S)
-        ep.next_start_at = max(ep.next_start_at, time.monotonic() + delay)
+        delay = lost_start_delay(ep.start_losses)
+        ep.next_start_at = max(ep.next_start_at, self.clock.monotonic() + delay)
         log.warning(
             "worker %s of %s was %s before taking a job; starting another in %.1fs (not counted as a failed start)",
             worker.id,
@@ -1199,46 +924,20 @@ class ControlPlane:
             delay,
         )
 
-    def _mark_stopping(self, worker: Worker) -> None:
-        worker.state = WorkerState.STOPPING
-        if worker.stop_waiter is not None and not worker.stop_waiter.done():
-            worker.stop_waiter.set_result(None)  # answer its job-stop long-poll: the worker can exit at once
-        ep = self.endpoints.get(worker.endpoint)
-        if ep is not None:
-            self._release_takers(ep, worker.id)
-
-    def _release_takers(self, ep: EndpointState, worker_id: str | None) -> None:
-        for entry in list(ep.takers):
-            if worker_id is None or entry[0] == worker_id:
-                ep.takers.remove(entry)
-                if not entry[2].done():
-                    entry[2].set_result([])
-
-    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None:
-        if worker.state is WorkerState.STOPPING:
-            return
-        self._mark_stopping(worker)
-        grace = self.stop_grace_s if grace_s is None else grace_s
-        asyncio.get_running_loop().create_task(self.backend.stop(worker.id, grace))
-
     # ----------------------------------------------------------------------------------------------------------------
     # the clock
 
-    def _expire(self, wall: float) -> None:
-        """TTL: a job still queued or running at ``expires_at`` ends TIMED_OUT; a finished one is deleted (404)."""
-        for job in self.store.expired(wall):
-            if not job.status.terminal:
-                queued = job.status is JobStatus.IN_QUEUE
-                self._end(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED if queued else Reason.TTL_EXPIRED)
-            elif job.id not in self._job_waiters:
-                self.store.delete(job.id)
-                self._commit_soon()
-
-    def _tick(self, now: float) -> None:
-        wall = time.time()
+    def tick(self) -> None:
+        """One turn of the clock: TTLs, set-aside devices, the watchdog, execution timeouts, idle scale-down, then
+        a reconcile. The ticker calls it every ``tick_s``; tests call it after moving a ``FakeClock``."""
+        now, wall = self.clock.monotonic(), self.clock.time()
         if now >= self._next_expiry_check:  # once a second: a store scan, not a per-tick cost
             self._next_expiry_check = now + 1.0
             self._expire(wall)
+        for key, (until, device) in list(self._set_aside.items()):
+            if until <= now:
+                del self._set_aside[key]
+                self.index.release((device,))
         for ep in self.endpoints.values():
             self._watch_workers(ep, now)
             for worker in list(ep.workers.values()):
@@ -1248,24 +947,22 @@ class ControlPlane:
                         continue
                     if job.started_at is not None and (wall - job.started_at) * 1000 >= job.execution_timeout_ms:
                         self._timeout(job, worker)
-            live = ep.live_workers()
-            for worker in sorted(live, key=lambda w: w.idle_since):
-                if len(live) <= ep.spec.workers_min:
-                    break
-                # A worker with jobs still queued is not idle, only between two pulls (or before its first one,
-                # when its ping arrives before its job-take): scaling it down would strand those jobs.
-                if (
-                    worker.state is WorkerState.IDLE
-                    and not worker.jobs
-                    and not ep.queued
-                    and now - worker.idle_since >= ep.spec.idle_timeout_s
-                ):
-                    log.info(
-                        "worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.name, now - worker.idle_since
-                    )
-                    self._stop_worker(worker)
-                    live.remove(worker)
+            for worker in planner.idle_stops(ep, now):
+                log.info(
+                    "worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.name, now - worker.idle_since
+                )
+                self._stop_worker(worker)
         self.reconcile()
+
+    def _expire(self, wall: float) -> None:
+        """TTL: a job still queued or running at ``expires_at`` ends TIMED_OUT; a finished one is deleted (404)."""
+        for job in self.store.expired(wall):
+            if not job.status.terminal:
+                queued = job.status is JobStatus.IN_QUEUE
+                self._end(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED if queued else Reason.TTL_EXPIRED)
+            elif not self.waiters.waits_for(job.id):
+                self.store.delete(job.id)
+                self.commits.soon()
 
     def _watch_workers(self, ep: EndpointState, now: float) -> None:
         """The watchdog, for jobs a worker holds but its pings have left out for ``lost_job_grace_s`` (it neither
@@ -1315,54 +1012,18 @@ class ControlPlane:
         self.kick()
 
     # ----------------------------------------------------------------------------------------------------------------
-    # explanations and views
+    # reads: they plan without applying, and change nothing
 
     def explain_endpoint(self, name: str) -> Explanation:
         ep = self.endpoint(name)
-        return self._explain(ep, None)
+        return views.explain(ep, None, self.plan().waiting.get(name, ()), position=None, fleet=self.fleet_summary())
 
     def explain_job(self, job_id: str) -> Explanation:
         job = self.job(job_id)
-        return self._explain(self.endpoint(job.endpoint), job)
-
-    def _explain(self, ep: EndpointState, job: Job | None) -> Explanation:
-        self.reconcile()  # reasons are recorded by reconcile; refresh them so an explanation is never stale
-        workers = {s.value.lower(): 0 for s in WorkerState}
-        for worker in ep.workers.values():
-            workers[worker.state.value.lower()] += 1
-        position = None
-        reasons = ep.waiting
-        never = ep.never is not None
-        if job is not None and job.status is not JobStatus.IN_QUEUE:
-            summary = {
-                JobStatus.IN_PROGRESS: f"running on worker {job.worker_id}",
-                JobStatus.COMPLETED: "completed",
-            }.get(job.status, f"ended {job.status.value} ({job.reason.value if job.reason else '?'})")
-            reasons = ()
-        else:
-            if job is not None:
-                position = self._position(ep, job)
-            if ep.never is not None:
-                reasons = ep.never.reasons
-                summary = "can never run on this fleet: no candidate exists in it with enough devices on one node"
-            elif not ep.queued and job is None:
-                summary = f"nothing queued; {len(ep.workers)} worker(s)"
-            elif reasons:
-                summary = "waiting: " + "; ".join(sorted({r.code.value for r in reasons}))
-            else:
-                summary = "about to be taken by a worker"
-        return Explanation(
-            endpoint=ep.spec.name,
-            summary=summary,
-            reasons=tuple(reasons),
-            never=never,
-            job_id=job.id if job else None,
-            status=job.status.value if job else None,
-            position=position,
-            queue_depth=ep.queued,
-            workers=workers,
-            fleet=self.fleet_summary(),
-        )
+        ep = self.endpoint(job.endpoint)
+        position = self._position(ep, job) if job.status is JobStatus.IN_QUEUE else None
+        waiting = self.plan().waiting.get(ep.spec.name, ())
+        return views.explain(ep, job, waiting, position=position, fleet=self.fleet_summary())
 
     def _position(self, ep: EndpointState, job: Job) -> int:
         """1-based place of a queued job among its endpoint's queued jobs (the deque is in queue order)."""
@@ -1375,63 +1036,49 @@ class ControlPlane:
                 break
         return position
 
+    def health(self, endpoint: str) -> dict[str, Any]:
+        """Runpod's ``/health`` body."""
+        return views.health(self.endpoint(endpoint))
+
     def fleet_view(self) -> list[dict[str, Any]]:
-        inventory, _ = self._inventory()
-        rows = []
-        for d in self.devices:
-            holder = inventory.holder(d)
-            rows.append(
-                {
-                    **d.to_json(),
-                    "worker": holder.worker_id if holder else None,
-                    "endpoint": holder.endpoint if holder else None,
-                }
-            )
-        return rows
+        return views.fleet_rows(self.index)
+
+    def endpoint_rows(self, name: str | None = None) -> list[dict[str, Any]]:
+        """``GET /v1/endpoints`` (or one endpoint's row): options, queue, workers, counters, explanation; one plan
+        serves every row."""
+        chosen = [self.endpoint(name)] if name is not None else list(self.endpoints.values())
+        waiting = self.plan().waiting
+        fleet = self.fleet_summary()
+        return [
+            views.endpoint_row(ep, views.explain(ep, None, waiting.get(ep.spec.name, ()), position=None, fleet=fleet))
+            for ep in chosen
+        ]
+
+    def gauges(self) -> list[views.EndpointGauges]:
+        """What a metrics scrape reads of each endpoint."""
+        return views.gauges(self.endpoints.values())
+
+    def list_jobs(
+        self, endpoint: str | None = None, status: JobStatus | None = None, limit: int = 100
+    ) -> list[JobView]:
+        """Jobs, newest first."""
+        return [job.view() for job in self.store.list(endpoint=endpoint, status=status, limit=limit)]
+
+    async def settled(self) -> None:
+        """Return once every reconcile asked for has run and every worker start and stop has reached the backend
+        (the test door's way to wait for the plane, instead of sleeping)."""
+        while self._kicked or self.supervisor.pending:
+            await asyncio.sleep(0)
+            await self.supervisor.settle()
 
 
-def _settle_after(future: asyncio.Future[T], seconds: float, outcome: Callable[[], Any]) -> asyncio.TimerHandle:
-    """Settle ``future`` after ``seconds`` unless something settles it first: with ``outcome()``, raised to the awaiter
-    when it is an exception. ``asyncio.wait_for`` without its extra task and cancellation work: on every job's path."""
-
-    def settle() -> None:
-        if not future.done():
-            value = outcome()
-            if isinstance(value, BaseException):
-                future.set_exception(value)
-            else:
-                future.set_result(value)
-
-    return asyncio.get_running_loop().call_later(seconds, settle)
-
-
-#: a worker marked an output binary for a job whose caller did not accept binary output
-_BINARY_REFUSED = JobError(
-    "OutputNotSerializable",
-    "the worker sent a binary (pickled) output for a job whose caller accepts JSON only; return JSON values",
-)
+def _wake(worker: Worker) -> None:
+    """Answer the worker's job-stop long-poll now."""
+    if worker.stop_waiter is not None and not worker.stop_waiter.done():
+        worker.stop_waiter.set_result(None)
 
 
 def _binary_allowed(job: Job, output: Any) -> bool:
     """A binary output is kept only for a job that accepted it (the SDK's ``binary_ok``), and only as base64 text."""
     meta = job.extra.get("flashpoint")
     return isinstance(output, str) and isinstance(meta, dict) and meta.get("binary_ok") is True
-
-
-def _parse_error(error: Any) -> tuple[JobError, Reason]:
-    """Runpod's error is a JSON string of a traceback record, or any plain value returned as ``{"error": ...}``."""
-    if isinstance(error, str):
-        try:
-            record = json.loads(error)
-        except ValueError:
-            record = None
-        if isinstance(record, dict) and "error_message" in record:
-            kind = str(record.get("error_type", "Error"))
-            if kind.startswith("<class '") and kind.endswith("'>"):
-                kind = kind[8:-2]
-            try:
-                reason = Reason(record.get("reason", Reason.USER_ERROR.value))
-            except ValueError:
-                reason = Reason.USER_ERROR
-            return JobError(kind, str(record["error_message"]), str(record.get("error_traceback", ""))), reason
-    return JobError("Error", error if isinstance(error, str) else json.dumps(error)), Reason.USER_ERROR

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from flashpoint import codec
+from flashpoint import codec, wire
 from flashpoint.context import current_job_id, reset_current_job, set_current_job
 from flashpoint.jobs import Reason
 from flashpoint.worker.launch import die_with_parent
@@ -35,7 +35,6 @@ from flashpoint.worker.launch import die_with_parent
 log = logging.getLogger("flashpoint.worker")
 
 #: marks a line of worker output with the job that printed it; the supervisor strips it and tags the line
-LOG_MARK = "\x1ffp:"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -171,17 +170,19 @@ def error_body(exc: BaseException, reason: Reason = Reason.USER_ERROR) -> dict[s
     """Runpod's error body: ``error`` is a JSON *string* of the traceback record; flashpoint adds ``reason``."""
     if isinstance(exc, HandlerError):
         reason = exc.reason
-    record = {
-        "error_type": f"<class '{type(exc).__qualname__}'>"
+    kind = (
+        type(exc).__qualname__
         if type(exc).__module__ == "builtins"
-        else f"<class '{type(exc).__module__}.{type(exc).__qualname__}'>",
-        "error_message": str(exc),
-        "error_traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "hostname": os.environ.get("RUNPOD_POD_HOSTNAME", "unknown"),
-        "worker_id": os.environ.get("RUNPOD_POD_ID", "unknown"),
-        "reason": reason.value,
-    }
-    return {"error": json.dumps(record)}
+        else f"{type(exc).__module__}.{type(exc).__qualname__}"
+    )
+    return wire.error_record(
+        f"<class '{kind}'>",
+        str(exc),
+        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        reason,
+        hostname=os.environ.get("RUNPOD_POD_HOSTNAME", "unknown"),
+        worker_id=os.environ.get("RUNPOD_POD_ID", "unknown"),
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ class TaggedStream:
         *lines, rest = buffered.split("\n")
         if rest:
             self._partial[job] = rest
-        prefix = f"{LOG_MARK}{job}\x1f" if job else ""
+        prefix = wire.tag_line(job) if job else ""
         for line in lines:
             self._inner.write(f"{prefix}{line}\n")
         if lines:

@@ -1,0 +1,252 @@
+"""The scaling planner: how many workers each endpoint wants, which to start where, which idle workers give their
+devices up, which idle workers stop, and why an endpoint still waits. Pure: it reads the plane's records and the
+fleet index, writes neither (the index comes back as it came), and does no I/O; ``ControlPlane`` applies the plan.
+
+The rules (DESIGN §3): endpoints are served oldest waiter first; a worker takes the first candidate, in declared
+order, with ``gpu_count`` devices of one model on one node; an idle worker above its endpoint's minimum yields its
+devices to an endpoint waiting for them; workers still stopping count against ``workers_max``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from flashpoint.explain import Code, Reason as WaitReason
+from flashpoint.gpus import describe
+from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import Holder
+from flashpoint.scheduler.placement import Fit, NoFit, place
+from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
+from flashpoint.spec import ServerlessScalerType
+
+#: the holder of devices a plan gives a worker it has not started yet (never seen outside ``plan``)
+_PLANNED = "(planned)"
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start a worker of ``endpoint``: on ``fit``'s devices, or without GPUs when ``fit`` is None."""
+
+    endpoint: str
+    fit: Fit | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """Stop idle worker ``worker_id`` (of ``endpoint``): ``for_endpoint`` waits for its devices."""
+
+    worker_id: str
+    endpoint: str
+    for_endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    starts: tuple[Start, ...]
+    reclaims: tuple[Reclaim, ...]
+    #: per endpoint, why it does not get every worker it wants (empty: nothing keeps it waiting)
+    waiting: Mapping[str, tuple[WaitReason, ...]]
+
+
+def desired(ep: EndpointState, wall: float, oldest: float | None) -> int:
+    """How many live workers the endpoint's scaler wants, clamped to ``[workers_min, workers_max]``.
+
+    ``REQUEST_COUNT`` wants ``ceil((queued + running) / scaler_value)``. ``QUEUE_DELAY`` starts the first worker at
+    once, and one more when the oldest queued job (queued at wall time ``oldest``) has waited ``scaler_value``
+    seconds and no worker is idle or starting.
+    """
+    spec = ep.spec
+    live = ep.live_workers()
+    if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
+        running = sum(len(w.jobs) for w in live)
+        want = math.ceil((ep.queued + running) / spec.scaler_value)
+    else:
+        want = len(live)
+        if ep.queued:
+            starting = any(w.state is WorkerState.STARTING for w in live)
+            idle = any(w.state is WorkerState.IDLE for w in live)
+            if not live:
+                want = 1
+            elif not starting and not idle and oldest is not None and wall - oldest >= spec.scaler_value:
+                want = len(live) + 1
+    return min(max(want, spec.workers_min), spec.workers_max)
+
+
+def yieldable(worker: Worker, ep: EndpointState) -> bool:
+    """An idle worker may give its devices to another endpoint: ready, no job, its endpoint has nothing queued and
+    runs more workers than its minimum."""
+    return (
+        worker.state is WorkerState.IDLE
+        and worker.live
+        and not worker.jobs
+        and ep.queued == 0
+        and len(ep.live_workers()) > ep.spec.workers_min
+    )
+
+
+def serving_order(endpoints: Iterable[EndpointState], oldest: Mapping[str, float]) -> list[EndpointState]:
+    """Oldest waiter first (by its oldest queued job); endpoints with nothing queued last, by registration."""
+
+    def key(ep: EndpointState) -> tuple[int, float]:
+        queued_at = oldest.get(ep.spec.name)
+        return (0, queued_at) if ep.queued and queued_at is not None else (1, ep.registered_at)
+
+    return sorted(endpoints, key=key)
+
+
+def plan(
+    endpoints: Mapping[str, EndpointState],
+    workers: Mapping[str, Worker],
+    index: FleetIndex,
+    *,
+    now: float,
+    wall: float,
+    oldest: Mapping[str, float],
+) -> Plan:
+    """The starts and reclaims that give endpoints the workers they want, and the reasons for what they lack.
+
+    ``now`` is monotonic (start back-off), ``wall`` is epoch time and ``oldest[name]`` the wall time the endpoint's
+    oldest queued job was queued (the scaler's clock and the serving order).
+    """
+    starts: list[Start] = []
+    reclaims: list[Reclaim] = []
+    waiting: dict[str, tuple[WaitReason, ...]] = {}
+    reclaimed: set[str] = set()
+    planned: list[Fit] = []
+
+    def may_yield(holder: Holder) -> bool:
+        worker = workers.get(holder.worker_id)
+        if worker is None or worker.id in reclaimed:
+            return False
+        owner = endpoints[worker.endpoint]
+        return yieldable(worker, owner) and _live_after(owner, reclaimed) > owner.spec.workers_min
+
+    try:
+        for ep in serving_order(endpoints.values(), oldest):
+            reasons = _plan_endpoint(ep, index, now, wall, oldest, may_yield, starts, reclaims, reclaimed, planned)
+            waiting[ep.spec.name] = reasons
+    finally:
+        for fit in planned:
+            index.release(fit.devices)
+    return Plan(tuple(starts), tuple(reclaims), waiting)
+
+
+def _live_after(ep: EndpointState, reclaimed: set[str]) -> int:
+    return sum(1 for w in ep.workers.values() if w.live and w.id not in reclaimed)
+
+
+def _plan_endpoint(
+    ep: EndpointState,
+    index: FleetIndex,
+    now: float,
+    wall: float,
+    oldest: Mapping[str, float],
+    may_yield: Callable[[Holder], bool],
+    starts: list[Start],
+    reclaims: list[Reclaim],
+    reclaimed: set[str],
+    planned: list[Fit],
+) -> tuple[WaitReason, ...]:
+    spec = ep.spec
+    name, asks = spec.name, spec.describe_gpu()
+    waiting: list[WaitReason] = []
+    want = desired(ep, wall, oldest.get(name))
+    live = _live_after(ep, reclaimed)
+    holding = len(ep.workers)  # stopping workers still hold devices
+    new = 0
+    while live + new < want:
+        if holding + new >= spec.workers_max:
+            # workers on their way out still hold devices: an endpoint never holds more than gpu_count x max
+            waiting.append(
+                WaitReason(
+                    asks,
+                    Code.MAX_WORKERS,
+                    f"{holding - live} worker(s) of this endpoint are stopping; "
+                    f"at most {spec.workers_max} may hold devices at once",
+                )
+            )
+            break
+        if ep.next_start_at > now:
+            waiting.append(
+                WaitReason(
+                    asks,
+                    Code.START_BACKOFF,
+                    f"{ep.start_failures} worker start(s) failed and {ep.start_losses} starting worker(s) were "
+                    f"killed from outside; next attempt in {ep.next_start_at - now:.1f}s; "
+                    f"last error: {ep.last_start_error or '?'}",
+                )
+            )
+            break
+        if not spec.uses_gpu:
+            starts.append(Start(name, None))
+            new += 1
+            continue
+        result = place(spec.candidates, spec.gpu_count, index, may_yield)
+        if isinstance(result, NoFit):
+            waiting.extend(result.reasons)
+            break
+        if result.reclaim:
+            for holder in result.reclaim:
+                reclaimed.add(holder.worker_id)
+                reclaims.append(Reclaim(holder.worker_id, holder.endpoint, name))
+            waiting.append(
+                WaitReason(
+                    describe(result.candidate),
+                    Code.BUSY,
+                    "idle workers of other endpoints are giving their devices up for this one",
+                    tuple(sorted({h.endpoint for h in result.reclaim})),
+                )
+            )
+            break
+        index.hold(result.devices, Holder(_PLANNED, name))
+        planned.append(result)
+        starts.append(Start(name, result))
+        new += 1
+    if waiting or not ep.queued:
+        return tuple(waiting)
+    running = [w for w in ep.workers.values() if w.live and w.id not in reclaimed]
+    starting = new > 0 or any(w.state is WorkerState.STARTING for w in running)
+    busy = all(w.jobs or w.state is WorkerState.STARTING for w in running) and any(w.jobs for w in running)
+    if live + new >= spec.workers_max and busy:
+        return (
+            WaitReason(
+                asks,
+                Code.MAX_WORKERS,
+                f"all {spec.workers_max} worker(s) allowed are busy; raise workers= to run more at once",
+            ),
+        )
+    if starting:
+        return (WaitReason(asks, Code.WORKER_STARTING, "a worker is starting"),)
+    if running and all(w.jobs for w in running):
+        unit = "s of queueing" if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY else " jobs per worker"
+        return (
+            WaitReason(
+                asks,
+                Code.SCALER,
+                f"workers are busy; {spec.scaler_type.value} adds one after {spec.scaler_value}{unit}",
+            ),
+        )
+    return ()
+
+
+def idle_stops(ep: EndpointState, now: float) -> list[Worker]:
+    """Workers above the endpoint's minimum idle for ``idle_timeout`` seconds, longest idle first.
+
+    A worker with jobs still queued is not idle, only between two pulls (or before its first one, when its ping
+    arrives before its job-take): stopping it would strand those jobs.
+    """
+    live = ep.live_workers()
+    stops: list[Worker] = []
+    for worker in sorted(live, key=lambda w: w.idle_since):
+        if len(live) - len(stops) <= ep.spec.workers_min:
+            break
+        if (
+            worker.state is WorkerState.IDLE
+            and not worker.jobs
+            and not ep.queued
+            and now - worker.idle_since >= ep.spec.idle_timeout_s
+        ):
+            stops.append(worker)
+    return stops

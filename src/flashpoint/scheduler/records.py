@@ -1,0 +1,110 @@
+"""The control plane's records: one per endpoint and one per worker. Mutable, and written only by ``ControlPlane``;
+the planner and the read models only read them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from flashpoint.explain import Reason as WaitReason
+from flashpoint.jobs import Job, Placement
+from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.placement import NoFit
+from flashpoint.spec import EndpointSpec, WorkerTarget
+
+
+class WorkerState(str, Enum):
+    """A worker's life: STARTING until its first pull, then IDLE/RUNNING, STOPPING once asked to exit."""
+
+    STARTING = "STARTING"
+    IDLE = "IDLE"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    id: str
+    endpoint: str
+    devices: tuple[Device, ...]
+    #: monotonic times: when it was started, when it last became idle, when it last took jobs or posted a result
+    #: or chunk (its job-stop long-poll and pings run on regardless)
+    started_at: float
+    idle_since: float
+    last_exchange: float
+    state: WorkerState = WorkerState.STARTING
+    jobs: set[str] = field(default_factory=set)
+    #: job ids to hand to the worker's job-stop long-poll
+    to_stop: list[str] = field(default_factory=list)
+    stop_waiter: asyncio.Future[None] | None = None
+    #: take no new jobs; stop once the running ones end (after a timeout or a stopPod)
+    retiring: bool = False
+    ever_ready: bool = False
+    node: str = "local"
+    #: the device ids the backend reports the worker really got, when it numbers them itself (Ray); else the ledger's
+    device_ids: tuple[int, ...] | None = None
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    #: jobs it holds that its pings stopped naming, with when that began (the watchdog's evidence)
+    unnamed: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        return self.state is not WorkerState.STOPPING and not self.retiring
+
+    def placement(self) -> Placement:
+        if not self.devices:
+            return Placement(node=self.node, gpu_model=None, device_ids=(), simulated=False)
+        first = self.devices[0]
+        return Placement(
+            node=first.node,
+            gpu_model=first.model_name,
+            device_ids=self.device_ids if self.device_ids is not None else tuple(d.index for d in self.devices),
+            simulated=first.simulated,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "endpoint": self.endpoint,
+            "state": self.state.value,
+            "jobs": sorted(self.jobs),
+            "retiring": self.retiring,
+            "placement": self.placement().to_json(),
+        }
+
+
+#: a worker in a job-take long-poll: (worker id, how many jobs it takes, the future its request awaits)
+Taker = tuple[str, int, "asyncio.Future[list[Job]]"]
+
+
+@dataclass(slots=True, eq=False)
+class EndpointState:
+    spec: EndpointSpec
+    target: WorkerTarget
+    #: wall time of registration: endpoints with nothing queued are served in this order
+    registered_at: float
+    #: job ids in queue order; a cancelled id stays until it is reached (then skipped), so cancel is O(1)
+    queue: deque[str] = field(default_factory=deque)
+    #: how many ids in ``queue`` are still IN_QUEUE
+    queued: int = 0
+    takers: deque[Taker] = field(default_factory=deque)
+    workers: dict[str, Worker] = field(default_factory=dict)
+    #: why the last reconcile could not give this endpoint the workers it wants
+    waiting: tuple[WaitReason, ...] = ()
+    never: NoFit | None = None
+    start_failures: int = 0
+    #: starting workers killed from outside in a row (an OOM kill, an operator's kill): they delay, never fail, jobs
+    start_losses: int = 0
+    next_start_at: float = 0.0
+    last_start_error: str = ""
+    worker_seq: int = 0
+    counters: dict[str, int] = field(default_factory=lambda: {"completed": 0, "failed": 0, "retried": 0})
+
+    def live_workers(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.live]
