@@ -163,8 +163,11 @@ class ControlPlane:
     # ----------------------------------------------------------------------------------------------------------------
     # lifecycle
 
-    async def start(self) -> None:
-        self._tick_task = asyncio.create_task(self._ticker())
+    async def start(self, *, ticking: bool = True) -> None:
+        """Hear of fleet changes, and (``ticking``) turn the clock every ``tick_s``; a test that drives a
+        ``FakeClock`` starts without the ticker and calls ``tick()`` itself."""
+        if ticking:
+            self._tick_task = asyncio.create_task(self._ticker())
         self.supervisor.backend.watch(self.fleet_changed)
 
     def fleet_changed(self, devices: list[Device]) -> None:

@@ -1,0 +1,81 @@
+"""The engine's test door: a ControlPlane on a StubBackend (no processes) and a FakeClock (no waiting).
+
+A test registers endpoints, submits jobs, and plays the workers' part through the plane's own verbs (``take``,
+``done``, ``ping``); ``step`` moves the clock and turns it once; ``settle`` waits for the plane, never for time.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from flashpoint import Endpoint
+from flashpoint.backends.stub import StubBackend
+from flashpoint.clock import FakeClock
+from flashpoint.fleetspec import parse_fleet
+from flashpoint.jobs import Job
+from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.records import Worker
+from flashpoint.spec import EndpointSpec, WorkerTarget
+from flashpoint.store.memory import MemoryJobStore
+
+TARGET = WorkerTarget(import_path="tests.apps.handlers_app:echo")
+
+
+@dataclass
+class Door:
+    plane: ControlPlane
+    backend: StubBackend
+    clock: FakeClock
+
+    def endpoint(self, **options: Any) -> EndpointSpec:
+        """Register an endpoint with ``Endpoint``'s options (``name=`` and ``gpu=`` or ``cpu=`` at least)."""
+        spec = Endpoint(**options).spec
+        self.plane.register(spec, TARGET)
+        return spec
+
+    def submit(self, endpoint: str, payload: Any = None, **options: Any) -> Job:
+        return self.plane.submit(endpoint, {} if payload is None else payload, **options)
+
+    async def settle(self) -> None:
+        await self.plane.settled()
+
+    async def step(self, seconds: float = 0.0) -> None:
+        """Move the clock by ``seconds``, turn it once, and let the plane settle."""
+        self.clock.advance(seconds)
+        self.plane.tick()
+        await self.plane.settled()
+
+    def workers(self, endpoint: str) -> list[Worker]:
+        """The endpoint's workers, in start order."""
+        return list(self.plane.endpoint(endpoint).workers.values())
+
+    def worker(self, endpoint: str) -> Worker:
+        (only,) = self.workers(endpoint)
+        return only
+
+    async def pull(self, worker: Worker, count: int = 1) -> list[str]:
+        """The worker asks for jobs (and becomes ready); the ids it got, at once (no long-poll)."""
+        jobs = await self.plane.take(worker.endpoint, worker.id, count, hold_s=0)
+        return [job["id"] for job in jobs]
+
+    async def finish(self, worker: Worker, job_id: str, output: Any = "ok") -> None:
+        self.plane.done(worker.endpoint, worker.id, job_id, {"output": output})
+        await self.settle()
+
+    async def crash(self, worker: Worker, code: int = -signal.SIGKILL) -> None:
+        self.backend.exit(worker.id, code)
+        await self.settle()
+
+    def reasons(self, endpoint: str) -> set[str]:
+        return {r.code.value for r in self.plane.explain_endpoint(endpoint).reasons}
+
+
+async def open_door(fleet: str = "node-a=NVIDIA_H200:2", *, exit_on_stop: bool = True, **options: Any) -> Door:
+    """A plane on a simulated ``fleet`` (the one-line fleet syntax), started without its ticker."""
+    clock = FakeClock()
+    backend = StubBackend(parse_fleet(fleet).devices, exit_on_stop=exit_on_stop)
+    plane = ControlPlane(MemoryJobStore(), backend, worker_secret="door", clock=clock, **options)
+    await plane.start(ticking=False)
+    return Door(plane, backend, clock)
