@@ -1,4 +1,5 @@
-"""``flashpoint explain``: why jobs wait, from the running flashpoint processes or, with ``--app``, offline.
+"""``flashpoint explain``: why jobs wait, from the running flashpoint processes or, with ``--app``, offline; with
+``--app`` and ``--fleet``, where every worker would go on a described fleet (the what-if).
 
 Edge module: may import anything in flashpoint, plus typer and httpx (through ``cli.live``).
 """
@@ -9,21 +10,26 @@ import contextlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
 from urllib.parse import quote
 
 import typer
+from rich.table import Table
+from rich.text import Text
 
 from flashpoint.cli.live import LivePlane, Unreachable, describe, live_planes, no_plane_message
-from flashpoint.cli.output import print_json
+from flashpoint.cli.output import console, print_json
 from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
 from flashpoint.errors import ConfigError, NotFoundError
 from flashpoint.explain import Explanation, Reason
 from flashpoint.fleet import discover
+from flashpoint.fleetspec import SimulatedFleet, is_file_reference, load_fleet, read_fleet
 from flashpoint.scheduler.inventory import Device, Inventory, fleet_summary
 from flashpoint.scheduler.placement import NoFit, place
 from flashpoint.spec import EndpointSpec
+from flashpoint.whatif import Row, Verdict, what_if
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,16 @@ def explain(
             show_default=False,
         ),
     ] = None,
+    fleet: Annotated[
+        str | None,
+        typer.Option(
+            "--fleet",
+            metavar="FLEET",
+            help="With --app: say where every endpoint's workers would go on this fleet, or that they never can. "
+            "A fleet file (fleet.toml or @path) or the one-line syntax, e.g. 'a=NVIDIA_H200:8;b*4=NVIDIA_L40S:4'.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Say why jobs wait IN_QUEUE (or that they don't), per GPU candidate.
@@ -81,7 +97,17 @@ def explain(
     Without --app, asks the flashpoint processes running on this machine about a job, an endpoint, or all endpoints.
 
     With --app, loads the endpoints of a file or module and says, starting nothing, which GPUs a worker would get now.
+
+    With --app and --fleet, says for each endpoint where its workers would go on that fleet (minimums first, then a
+    first worker each, then up to each maximum in turn), or that they never can, and why.
     """
+    if fleet is not None:
+        if app_path is None:
+            _usage(
+                "--fleet needs --app APP: the endpoints to place, e.g. flashpoint explain --app app.py --fleet f.toml"
+            )
+        what_if_command(app_path, fleet, target, as_json)
+        return
     if app_path is not None:
         items = _offline(app_path, target)
     else:
@@ -149,6 +175,155 @@ def _offline(app_path: str, target: str | None) -> list[Item]:
     devices = discover(settings.simulated_gpus, node=settings.node)
     source = f"{app_path} against this machine's fleet (nothing started)"
     return [Item(explain_offline(ep.spec, devices), source, asks=ep.spec.describe_gpu()) for ep in endpoints.values()]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what-if: an app file against a described fleet
+
+
+def _usage(message: str) -> NoReturn:
+    """A bad command line: one line on stderr and exit code 2, as click's usage errors."""
+    print(f"Error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+def _described_fleet(value: str, node: str) -> SimulatedFleet:
+    """``--fleet``: an existing file by any name, ``@path``, ``*.toml``, or the one-line syntax."""
+    try:
+        if not is_file_reference(value) and Path(value).expanduser().is_file():
+            return load_fleet(value)
+        return read_fleet(value, node=node, where="--fleet")
+    except ConfigError as exc:
+        text = str(exc)
+        _usage(text if text.startswith("--fleet") else f"--fleet: {text}")
+
+
+def what_if_command(app_path: str, fleet_value: str, target: str | None, as_json: bool) -> None:
+    """Place the workers of the app's endpoints on the described fleet (``whatif.what_if``) and print the rows.
+
+    Every endpoint of the app takes part (they share the fleet); ``target`` only narrows what is shown, while
+    ``app.py:attr`` puts that one endpoint alone on the fleet. A bad ``--fleet`` is a usage error (exit code 2).
+    """
+    if target is not None and split_target(app_path)[1] is not None:
+        raise ConfigError("name the endpoint once: either --app app.py:attr or the ENDPOINT argument, not both")
+    fleet = _described_fleet(fleet_value, Settings.load().node)
+    # What the app prints while it is imported goes to stderr, so that --json output stays parseable.
+    with contextlib.redirect_stdout(sys.stderr):
+        endpoints = load_endpoints(app_path)
+        shown = set(load_endpoints(f"{app_path}:{target}")) if target is not None else set(endpoints)
+    rows = [r for r in what_if([ep.spec for ep in endpoints.values()], fleet.devices) if r.endpoint in shown]
+    if as_json:
+        print_json(
+            {"app": app_path, "fleet": _fleet_json(fleet, fleet_value), "endpoints": [r.to_json() for r in rows]}
+        )
+        return
+    out = console()
+    nodes, gpus = len(fleet.nodes), len(fleet.devices)
+    out.print(
+        f"What-if: {app_path} on the fleet {fleet_value}: {nodes} node{'s' if nodes != 1 else ''}, {gpus} GPU"
+        f"{'s' if gpus != 1 else ''}, all simulated (nothing started; no running flashpoint process is asked)",
+        markup=False,
+    )
+    out.print(_fleet_table(fleet))
+    for row in rows:
+        out.print()
+        for line in _row_lines(row):
+            out.print(line, markup=False)
+        if row.workers:
+            out.print(_workers_table(row, fleet))
+        for title, reasons in _row_reasons(row):
+            out.print(f"  {title}:", markup=False)
+            for reason in reasons:
+                out.print(f"    {reason}", markup=False)
+    if fleet.labels:
+        out.print()
+        out.print("Node labels are shown for reference: placement does not match on them yet.", markup=False)
+
+
+def _models(fleet: SimulatedFleet) -> dict[str, dict[str, Any]]:
+    models: dict[str, dict[str, Any]] = {}
+    for device in fleet.devices:
+        entry = models.setdefault(device.model_name, {"model": device.model_name, "gpus": 0, "nodes": []})
+        entry["gpus"] += 1
+        if not entry["nodes"] or entry["nodes"][-1] != device.node:
+            entry["nodes"].append(device.node)
+    return models
+
+
+def _fleet_json(fleet: SimulatedFleet, source: str) -> dict[str, Any]:
+    return {
+        "source": source,
+        "nodes": len(fleet.nodes),
+        "gpus": len(fleet.devices),
+        "simulated": all(d.simulated for d in fleet.devices),
+        "models": [{**m, "nodes": len(m["nodes"])} for m in _models(fleet).values()],
+        "labels": {node: dict(labels) for node, labels in fleet.labels.items()},
+    }
+
+
+def _fleet_table(fleet: SimulatedFleet) -> Table:
+    table = Table(title="Fleet (simulated)", title_justify="left")
+    table.add_column("model")
+    table.add_column("GPUs", justify="right")
+    table.add_column("nodes")
+    for entry in _models(fleet).values():
+        names: list[str] = entry["nodes"]
+        more = f", ... ({len(names) - 3} more)" if len(names) > 4 else ""
+        table.add_row(entry["model"], str(entry["gpus"]), ", ".join(names[:3] if more else names) + more)
+    return table
+
+
+def _row_lines(row: Row) -> list[str]:
+    placed = len(row.workers)
+    if row.verdict is Verdict.CPU:
+        verdict = "CPU endpoint: needs no GPU; its workers start without one"
+    elif row.verdict is Verdict.NEVER:
+        verdict = (
+            "never: no candidate can ever fit on this fleet (not enough devices of one model on one node); "
+            "its jobs would wait IN_QUEUE until such a device joins"
+        )
+    elif row.verdict is Verdict.WAITS:
+        verdict = (
+            f"waits: busy: gets {placed} of the {row.needed} worker{'s' if row.needed > 1 else ''} its jobs need "
+            "(the GPUs it could use are taken by the workers placed before it)"
+        )
+    elif placed == row.workers_max:
+        verdict = f"runs: gets all {placed} of its workers"
+    else:
+        verdict = f"runs: gets {placed} of its {row.workers_max} workers; a worker more would wait: busy"
+    lines = [f"endpoint {row.endpoint}: {verdict}"]
+    if row.verdict is not Verdict.CPU:
+        lines.append(f"  asks for {row.asks}, workers {row.workers_min}..{row.workers_max}")
+    return lines
+
+
+def _row_reasons(row: Row) -> list[tuple[str, tuple[Reason, ...]]]:
+    parts: list[tuple[str, tuple[Reason, ...]]] = []
+    if row.reasons:
+        title = "why" if row.verdict is Verdict.NEVER else f"why worker {len(row.workers) + 1} finds no room"
+        parts.append((title, row.reasons))
+    if row.skipped and row.verdict is not Verdict.NEVER:
+        parts.append(("candidates that never fit on this fleet (its fallback skips them)", row.skipped))
+    return parts
+
+
+def _workers_table(row: Row, fleet: SimulatedFleet) -> Table:
+    table = Table(title_justify="left", padding=(0, 1))
+    for column in ("worker", "for", "model", "node", "devices", "kind", "node labels"):
+        table.add_column(column)
+    why = {"min": "its minimum", "first": "its first job", "scale": "scaling up"}
+    for worker in row.workers:
+        labels = fleet.labels.get(worker.node, {})
+        table.add_row(
+            worker.worker_id,
+            why[worker.phase],
+            worker.model,
+            worker.node,
+            ", ".join(str(d.index) for d in worker.devices),
+            "simulated" if worker.simulated else "real",
+            Text(", ".join(f"{k}={v}" for k, v in labels.items()) or "-"),
+        )
+    return table
 
 
 # ----------------------------------------------------------------------------------------------------------------
