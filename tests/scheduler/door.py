@@ -1,16 +1,22 @@
 """The engine's test door: a ControlPlane on a StubBackend (no processes) and a FakeClock (no waiting).
 
 A test registers endpoints, submits jobs, and plays the workers' part through the plane's own verbs (``take``,
-``done``, ``ping``); ``step`` moves the clock and turns it once; ``settle`` waits for the plane, never for time.
+``done``, ``ping``) or, with ``worker_client``, over the real worker routes in-process; ``step`` moves the clock and
+turns it once; ``settle`` waits for the plane, never for time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+from starlette.applications import Starlette
+
 from flashpoint import Endpoint
+from flashpoint.api.workers import worker_routes
 from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
 from flashpoint.fleetspec import parse_fleet
@@ -21,6 +27,8 @@ from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 
 TARGET = WorkerTarget(import_path="tests.apps.handlers_app:echo")
+#: the base URL of the in-process clients (nothing listens there: requests go to the app through ASGI)
+BASE_URL = "http://plane"
 
 
 @dataclass
@@ -70,6 +78,22 @@ class Door:
 
     def reasons(self, endpoint: str) -> set[str]:
         return {r.code.value for r in self.plane.explain_endpoint(endpoint).reasons}
+
+    def worker_client(self, worker: Worker, **options: Any) -> httpx.AsyncClient:
+        """A client that speaks as ``worker`` over the plane's real worker routes (``/v2/{endpoint}/job-take/...``),
+        in-process through ASGI, with the worker's own key in ``Authorization``; use it with ``async with``."""
+        headers = {"Authorization": self.plane.worker_credential(worker.endpoint, worker.id)}
+        transport = httpx.ASGITransport(app=Starlette(routes=worker_routes(self.plane)))
+        return httpx.AsyncClient(transport=transport, base_url=BASE_URL, headers=headers, **options)
+
+    async def holding(self, worker: Worker) -> None:
+        """Return once the plane holds a job-take long-poll of ``worker`` (a request in flight gets there within a
+        few turns of the loop); fail if none arrives."""
+        for _ in range(1000):
+            if any(taker[0] == worker.id for taker in self.plane.endpoint(worker.endpoint).takers):
+                return
+            await asyncio.sleep(0)
+        raise AssertionError(f"the plane holds no job-take of worker {worker.id}")
 
 
 async def open_door(fleet: str = "node-a=NVIDIA_H200:2", *, exit_on_stop: bool = True, **options: Any) -> Door:
