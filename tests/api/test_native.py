@@ -1,12 +1,11 @@
-"""The native /v1 API on a real embedded plane: every route, its errors, auth, the wait route and the OpenAPI schema."""
+"""The native /v1 API: every route, its errors, auth, the wait route and the OpenAPI schema. The routes run in-process
+(ASGI) over a door plane (StubBackend, FakeClock) whose workers the test plays; one test serves /v1 from a real
+embedded plane over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -15,51 +14,27 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from flashpoint import Endpoint, GpuGroup, GpuType
+from flashpoint import GpuGroup, GpuType, wire
 from flashpoint.api import schemas
 from flashpoint.api.native import create_native_app, router
-from flashpoint.embedded import EmbeddedServer
 from flashpoint.jobs import JobStatus
+from tests.scheduler.door import BASE_URL, Door, open_door
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(30)
 
-T = TypeVar("T")
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"
+FLEET = "node-a=NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"
 
 
-async def on_loop(embedded: EmbeddedServer, fn: Callable[[], T]) -> T:
-    """``fn()`` computed on the plane's own loop, awaited from the test's loop (which stays free meanwhile)."""
-
-    async def run() -> T:
-        return fn()
-
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), embedded.loop))
+def native(door: Door, keys: tuple[str, ...] = (KEY,)) -> Any:
+    return create_native_app(door.plane, keys)
 
 
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 20.0) -> None:
-    """Poll an async condition on real processes until it holds; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-async def get(embedded: EmbeddedServer, app: Any, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
-    """GET ``path`` from ``app`` through ASGI, on the plane's loop, as uvicorn would serve it there."""
-
-    async def run() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://plane") as client:
-            return await client.get(path, headers=AUTH if headers is None else headers)
-
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), embedded.loop))
-
-
-def native(embedded: EmbeddedServer, keys: tuple[str, ...] = (KEY,)) -> Any:
-    return create_native_app(embedded.plane, keys)
+async def get(app: Any, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    """GET ``path`` from ``app`` through ASGI, on the test's loop (the door plane's own)."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL) as client:
+        return await client.get(path, headers=AUTH if headers is None else headers)
 
 
 def check(model: type[BaseModel], body: dict[str, Any]) -> None:
@@ -78,23 +53,29 @@ def check_error(response: httpx.Response, status: int, code: str) -> dict[str, A
     return body
 
 
-def gate_file(tmp_path: Path, name: str) -> Path:
-    return tmp_path / f"gate-{name}"
+async def run_one(door: Door, endpoint: str, output: Any = "ok", *, waited: float = 0.0, ran: float = 0.0) -> str:
+    """A job of ``endpoint`` submitted, taken by its (only) worker after ``waited`` seconds, and finished ``ran``
+    seconds later with ``output``; its id."""
+    job = door.submit(endpoint)
+    await door.settle()
+    worker = door.worker(endpoint)
+    door.clock.advance(waited)
+    assert await door.pull(worker) == [job.id]
+    door.clock.advance(ran)
+    await door.finish(worker, job.id, output)
+    return job.id
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # fleet and endpoints
 
 
-async def test_fleet_lists_devices_and_who_holds_them(make_embedded: Any) -> None:
-    embedded = make_embedded(FLEET)
-
-    @Endpoint(name="warm", gpu=GpuGroup.AMPERE_80, workers=(1, 1))
-    async def warm(x: int) -> int:
-        return x
-
-    assert await warm(3) == 3
-    response = await get(embedded, native(embedded), "/fleet")
+async def test_fleet_lists_devices_and_who_holds_them() -> None:
+    door = await open_door(FLEET)
+    door.endpoint(name="warm", gpu=GpuGroup.AMPERE_80, workers=(1, 1))
+    await door.settle()
+    assert await door.pull(door.worker("warm")) == []  # up and idle
+    response = await get(native(door), "/fleet")
 
     assert response.status_code == 200
     body = response.json()
@@ -103,16 +84,15 @@ async def test_fleet_lists_devices_and_who_holds_them(make_embedded: Any) -> Non
         check(schemas.Device, row)
     assert [d["model"] for d in body["devices"]] == ["NVIDIA H200", "NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe"]
     assert [d["endpoint"] for d in body["devices"]] == [None, "warm", None]
-    assert body["devices"][1]["worker"].startswith("warm-")
+    assert body["devices"][1]["worker"] == door.worker("warm").id
     assert all(d["simulated"] and d["recognised"] and d["node"] == "node-a" for d in body["devices"])
     assert body["devices"][0]["pool"] == "HOPPER_141" and body["devices"][0]["vramGb"] == 141
     assert body["summary"] == "1 x NVIDIA H200 (simulated) on node-a, 2 x NVIDIA A100 80GB PCIe (simulated) on node-a"
 
 
-async def test_endpoints_show_options_workers_counters_and_explanation(make_embedded: Any) -> None:
-    embedded = make_embedded(FLEET)
-
-    @Endpoint(
+async def test_endpoints_show_options_workers_counters_and_explanation() -> None:
+    door = await open_door(FLEET)
+    door.endpoint(
         name="flexible",
         gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80],
         gpu_count=2,
@@ -122,20 +102,14 @@ async def test_endpoints_show_options_workers_counters_and_explanation(make_embe
         scaler_type="REQUEST_COUNT",
         scaler_value=2,
     )
-    async def flexible(data: dict[str, Any]) -> dict[str, Any]:
-        return data
+    door.endpoint(name="never", gpu=GpuType.NVIDIA_B200)
+    await run_one(door, "flexible", {"a": 1})
+    door.submit("never", {"b": 2})
+    app = native(door)
 
-    @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
-    async def never(data: dict[str, Any]) -> dict[str, Any]:
-        return data
-
-    assert await flexible({"a": 1}) == {"a": 1}
-    queued = await never.run({"b": 2})
-    app = native(embedded)
-
-    listed = await get(embedded, app, "/endpoints")
-    one = await get(embedded, app, "/endpoints/flexible")
-    explained = await get(embedded, app, "/endpoints/never/explain")
+    listed = await get(app, "/endpoints")
+    one = await get(app, "/endpoints/flexible")
+    explained = await get(app, "/endpoints/never/explain")
 
     assert listed.status_code == one.status_code == explained.status_code == 200
     check(schemas.Endpoints, listed.json())
@@ -164,6 +138,7 @@ async def test_endpoints_show_options_workers_counters_and_explanation(make_embe
     assert body["queueDepth"] == 0
     (worker,) = body["workers"]
     check(schemas.Worker, worker)
+    assert worker["state"] == "IDLE" and worker["id"] == door.worker("flexible").id
     assert worker["placement"]["gpuModel"] == "NVIDIA A100 80GB PCIe" and worker["placement"]["deviceIds"] == [1, 2]
     assert body["explanation"]["endpoint"] == "flexible"
 
@@ -174,12 +149,11 @@ async def test_endpoints_show_options_workers_counters_and_explanation(make_embe
     check(schemas.Explanation, explanation)
     assert explanation["never"] is True and explanation["queueDepth"] == 1
     assert [r["code"] for r in explanation["reasons"]] == ["not_in_fleet"]
-    await queued.cancel()
 
 
-async def test_unknown_names_are_404_not_found(make_embedded: Any) -> None:
-    embedded = make_embedded(FLEET)
-    app = native(embedded)
+async def test_unknown_names_are_404_not_found() -> None:
+    door = await open_door(FLEET)
+    app = native(door)
 
     for path in (
         "/endpoints/nope",
@@ -190,7 +164,7 @@ async def test_unknown_names_are_404_not_found(make_embedded: Any) -> None:
         "/jobs/nope/wait?timeout=0",
         "/no-such-route",
     ):
-        body = check_error(await get(embedded, app, path), 404, "not_found")
+        body = check_error(await get(app, path), 404, "not_found")
         if "nope" in path:
             assert "nope" in body["message"]
 
@@ -204,56 +178,48 @@ async def test_unknown_names_are_404_not_found(make_embedded: Any) -> None:
     ["/fleet", "/endpoints", "/endpoints/x", "/endpoints/x/explain", "/jobs", "/jobs/x", "/jobs/x/explain",
      "/jobs/x/logs", "/jobs/x/wait"],
 )  # fmt: skip
-async def test_every_route_needs_the_api_key(make_embedded: Any, path: str) -> None:
-    embedded = make_embedded("")
-    app = native(embedded)
+async def test_every_route_needs_the_api_key(path: str) -> None:
+    app = native(await open_door(FLEET))
 
-    missing = await get(embedded, app, path, headers={})
-    wrong = await get(embedded, app, path, headers={"Authorization": "Bearer not-the-key"})
+    missing = await get(app, path, headers={})
+    wrong = await get(app, path, headers={"Authorization": "Bearer not-the-key"})
 
     check_error(missing, 401, "unauthorized")
     check_error(wrong, 401, "unauthorized")
 
 
-async def test_keys_raw_or_bearer_and_no_keys_means_no_auth(make_embedded: Any) -> None:
-    embedded = make_embedded("")
-    keyed = create_native_app(embedded.plane, ("first", KEY))
-    open_app = create_native_app(embedded.plane, ())
+async def test_keys_raw_or_bearer_and_no_keys_means_no_auth() -> None:
+    door = await open_door(FLEET)
+    keyed = native(door, ("first", KEY))
+    open_app = native(door, ())
 
-    assert (await get(embedded, keyed, "/fleet", headers={"Authorization": KEY})).status_code == 200
-    assert (await get(embedded, keyed, "/fleet", headers={"Authorization": "bearer first"})).status_code == 200
-    assert (await get(embedded, open_app, "/fleet", headers={})).status_code == 200
+    assert (await get(keyed, "/fleet", headers={"Authorization": KEY})).status_code == 200
+    assert (await get(keyed, "/fleet", headers={"Authorization": "bearer first"})).status_code == 200
+    assert (await get(open_app, "/fleet", headers={})).status_code == 200
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # jobs
 
 
-async def test_jobs_list_filters_newest_first_without_logs(make_embedded: Any) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
-
-    @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
-    async def never(n: int) -> int:
-        return n
-
-    @Endpoint(name="other", gpu=GpuType.NVIDIA_B200)
-    async def other(n: int) -> int:
-        return n
-
+async def test_jobs_list_filters_newest_first_without_logs() -> None:
+    door = await open_door("node-a=NVIDIA_H200:1")
+    door.endpoint(name="never", gpu=GpuType.NVIDIA_B200)
+    door.endpoint(name="other", gpu=GpuType.NVIDIA_B200)
     jobs = []
     for n in range(3):
-        jobs.append(await never.run(n))
-        await asyncio.sleep(0.002)  # distinct creation times
-    elsewhere = await other.run(9)
+        jobs.append(door.submit("never", n))
+        door.clock.advance(0.01)  # distinct creation times
+    elsewhere = door.submit("other", 9)
     cancelled = jobs[0]
-    await cancelled.cancel()
-    app = native(embedded)
+    door.plane.cancel(cancelled.id)
+    app = native(door)
 
-    everything = (await get(embedded, app, "/jobs")).json()
-    of_never = (await get(embedded, app, "/jobs?endpoint=never")).json()
-    queued = (await get(embedded, app, "/jobs?endpoint=never&status=IN_QUEUE")).json()
-    limited = (await get(embedded, app, "/jobs?limit=2")).json()
-    nothing = (await get(embedded, app, "/jobs?endpoint=unknown")).json()
+    everything = (await get(app, "/jobs")).json()
+    of_never = (await get(app, "/jobs?endpoint=never")).json()
+    queued = (await get(app, "/jobs?endpoint=never&status=IN_QUEUE")).json()
+    limited = (await get(app, "/jobs?limit=2")).json()
+    nothing = (await get(app, "/jobs?endpoint=unknown")).json()
 
     check(schemas.Jobs, everything)
     for job in everything["jobs"]:
@@ -266,108 +232,85 @@ async def test_jobs_list_filters_newest_first_without_logs(make_embedded: Any) -
     first = of_never["jobs"][-1]
     assert (first["status"], first["reason"], first["endpoint"]) == ("CANCELLED", "cancelled", "never")
     assert first["error"]["type"] == "Cancelled"
-    for job in jobs[1:] + [elsewhere]:
-        await job.cancel()
 
 
 @pytest.mark.parametrize("query", ["status=DONE", "status=in_queue", "limit=0", "limit=1001", "limit=many"])
-async def test_bad_job_filters_are_400_bad_request(make_embedded: Any, query: str) -> None:
-    embedded = make_embedded("")
+async def test_bad_job_filters_are_400_bad_request(query: str) -> None:
+    app = native(await open_door(FLEET))
 
-    body = check_error(await get(embedded, native(embedded), f"/jobs?{query}"), 400, "bad_request")
+    body = check_error(await get(app, f"/jobs?{query}"), 400, "bad_request")
 
     assert query.partition("=")[0] in body["message"]
 
 
-async def test_job_detail_logs_and_explanation(make_embedded: Any) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
+async def test_job_detail_logs_and_explanation() -> None:
+    door = await open_door("node-a=NVIDIA_H200:1")
+    door.endpoint(name="chatty", gpu=GpuType.NVIDIA_H200)
+    job = door.submit("chatty", "hello")
+    await door.settle()
+    worker = door.worker("chatty")
+    door.clock.advance(2)
+    await door.pull(worker)
+    door.backend.line(worker.id, "stdout", f"{wire.tag_line(job.id)}said hello")  # printed while the job ran
+    door.backend.line(worker.id, "stdout", "between jobs")  # untagged: the worker's own line, in no job's log
+    door.clock.advance(3)
+    await door.finish(worker, job.id, {"word": "hello"})
+    app = native(door)
 
-    @Endpoint(name="chatty", gpu=GpuType.NVIDIA_H200)
-    async def chatty(word: str) -> dict[str, str]:
-        print(f"said {word}")
-        return {"word": word}
-
-    handle = await chatty.run("hello")
-    await handle.result(timeout=30)
-    app = native(embedded)
-
-    async def logged_line() -> bool:
-        return bool((await get(embedded, app, f"/jobs/{handle.id}/logs")).json()["logs"] == ["said hello"])
-
-    await until(logged_line, "the job's log line")  # output lines may arrive just after the result
-    detail = await get(embedded, app, f"/jobs/{handle.id}")
-    explained = await get(embedded, app, f"/jobs/{handle.id}/explain")
-    logged = await get(embedded, app, f"/jobs/{handle.id}/logs")
+    detail = await get(app, f"/jobs/{job.id}")
+    explained = await get(app, f"/jobs/{job.id}/explain")
+    logged = await get(app, f"/jobs/{job.id}/logs")
 
     body = detail.json()
     check(schemas.Job, body)
-    assert (body["id"], body["endpoint"], body["status"], body["reason"]) == (
-        handle.id,
-        "chatty",
-        "COMPLETED",
-        "completed",
-    )
+    assert (body["id"], body["endpoint"]) == (job.id, "chatty")
+    assert (body["status"], body["reason"]) == ("COMPLETED", "completed")
+    assert body["output"] == {"word": "hello"}
     assert body["logs"] == ["said hello"]
     assert body["placement"] == {"node": "node-a", "gpuModel": "NVIDIA H200", "deviceIds": [0], "simulated": True}
-    assert body["workerId"].startswith("chatty-") and body["retries"] == 0 and body["error"] is None
-    assert body["delayTime"] >= 0 and body["executionTime"] >= 0 and body["createdAt"] <= time.time()
-    assert body["explanation"]["jobId"] == handle.id and body["explanation"]["summary"] == "completed"
+    assert body["workerId"] == worker.id and body["retries"] == 0 and body["error"] is None
+    assert (body["delayTime"], body["executionTime"]) == (2000, 3000)
+    assert body["createdAt"] == door.clock.time() - 5
+    assert body["explanation"]["jobId"] == job.id and body["explanation"]["summary"] == "completed"
     assert explained.json() == body["explanation"]
     check(schemas.JobLogs, logged.json())
-    assert logged.json() == {"id": handle.id, "logs": ["said hello"]}
+    assert logged.json() == {"id": job.id, "logs": ["said hello"]}
 
 
-async def test_explain_a_queued_job_gives_its_position(make_embedded: Any) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
+async def test_explain_a_queued_job_gives_its_position() -> None:
+    door = await open_door("node-a=NVIDIA_H200:1")
+    door.endpoint(name="never", gpu=GpuType.NVIDIA_B200)
+    door.submit("never", 1)
+    second = door.submit("never", 2)
 
-    @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
-    async def never(n: int) -> int:
-        return n
-
-    first, second = await never.run(1), await never.run(2)
-
-    body = (await get(embedded, native(embedded), f"/jobs/{second.id}/explain")).json()
+    body = (await get(native(door), f"/jobs/{second.id}/explain")).json()
 
     check(schemas.Explanation, body)
     assert (body["jobId"], body["status"], body["position"], body["queueDepth"]) == (second.id, "IN_QUEUE", 2, 2)
     assert body["never"] is True
-    await first.cancel()
-    await second.cancel()
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # wait
 
 
-async def test_wait_holds_until_the_job_ends(make_embedded: Any, tmp_path: Path) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
+async def test_wait_holds_until_the_job_ends() -> None:
+    door = await open_door("node-a=NVIDIA_H200:1")
+    door.endpoint(name="gated", gpu=GpuType.NVIDIA_H200)
+    job = door.submit("gated")
+    await door.settle()
+    worker = door.worker("gated")
+    await door.pull(worker)
 
-    @Endpoint(name="gated", gpu=GpuType.NVIDIA_H200)
-    async def gated(gate: str) -> str:
-        import asyncio
-        import os
+    waiting = asyncio.ensure_future(get(native(door), f"/jobs/{job.id}/wait?timeout=30"))
+    for _ in range(1000):  # bounded: until the route waits on the job
+        if door.plane.waiters.waits_for(job.id):
+            break
+        await asyncio.sleep(0)
+    assert door.plane.waiters.waits_for(job.id) and not waiting.done()
+    await door.finish(worker, job.id, "opened")
+    response = await asyncio.wait_for(waiting, 5)  # at once, not after the 30 s timeout
 
-        while not os.path.exists(gate):
-            await asyncio.sleep(0.01)
-        return "opened"
-
-    gate = gate_file(tmp_path, "wait")
-    handle = await gated.run(str(gate))
-    app = native(embedded)
-
-    async def running() -> bool:
-        return await on_loop(embedded, lambda: embedded.plane.job(handle.id).status) is JobStatus.IN_PROGRESS
-
-    await until(running, "the job to start")
-
-    waiting = asyncio.ensure_future(get(embedded, app, f"/jobs/{handle.id}/wait?timeout=30"))
-    await asyncio.sleep(0.3)
-    assert not waiting.done()
-    started = time.monotonic()
-    gate.touch()
-    response = await asyncio.wait_for(waiting, 30)
-
-    assert time.monotonic() - started < 10
     assert response.status_code == 200
     body = response.json()
     check(schemas.Job, body)
@@ -375,59 +318,49 @@ async def test_wait_holds_until_the_job_ends(make_embedded: Any, tmp_path: Path)
     assert body["explanation"]["status"] == "COMPLETED"
 
 
-async def test_wait_answers_with_the_job_as_it_is_when_the_timeout_passes(make_embedded: Any) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
+async def test_wait_answers_with_the_job_as_it_is_when_the_timeout_passes() -> None:
+    door = await open_door("node-a=NVIDIA_H200:1")
+    door.endpoint(name="never", gpu=GpuType.NVIDIA_B200)
+    job = door.submit("never", 1)
+    app = native(door)
+    loop = asyncio.get_running_loop()
 
-    @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
-    async def never(n: int) -> int:
-        return n
+    started = loop.time()
+    response = await get(app, f"/jobs/{job.id}/wait?timeout=0.05")  # the wait's timer is the loop's, not the clock's
+    elapsed = loop.time() - started
+    immediate = await get(app, f"/jobs/{job.id}/wait?timeout=0")
 
-    handle = await never.run(1)
-    app = native(embedded)
-
-    started = time.monotonic()
-    response = await get(embedded, app, f"/jobs/{handle.id}/wait?timeout=0.3")
-    elapsed = time.monotonic() - started
-    immediate = await get(embedded, app, f"/jobs/{handle.id}/wait?timeout=0")
-
-    assert 0.25 <= elapsed < 5
+    assert 0.05 <= elapsed < 5
     assert response.status_code == immediate.status_code == 200
     check(schemas.Job, response.json())
     assert response.json()["status"] == immediate.json()["status"] == "IN_QUEUE"
     assert response.json()["explanation"]["position"] == 1
-    await handle.cancel()
 
 
-async def test_wait_returns_at_once_for_a_finished_job_and_caps_the_timeout(make_embedded: Any) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
+async def test_wait_returns_at_once_for_a_finished_job_and_caps_the_timeout() -> None:
+    door = await open_door("node-a=NVIDIA_H200:1")
+    door.endpoint(name="never", gpu=GpuType.NVIDIA_B200)
+    job = door.submit("never", 1)
+    door.plane.cancel(job.id)
+    app = native(door)
 
-    @Endpoint(name="never", gpu=GpuType.NVIDIA_B200)
-    async def never(n: int) -> int:
-        return n
-
-    handle = await never.run(1)
-    await handle.cancel()
-    app = native(embedded)
-
-    started = time.monotonic()
-    done = await get(embedded, app, f"/jobs/{handle.id}/wait")
-    assert time.monotonic() - started < 5
+    done = await asyncio.wait_for(get(app, f"/jobs/{job.id}/wait"), 5)  # not after the default 30 s
     assert done.json()["status"] == JobStatus.CANCELLED.value
     for bad in ("61", "-1", "soon"):
-        check_error(await get(embedded, app, f"/jobs/{handle.id}/wait?timeout={bad}"), 400, "bad_request")
+        check_error(await get(app, f"/jobs/{job.id}/wait?timeout={bad}"), 400, "bad_request")
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # how the app is served: mounted at /v1, over real HTTP, and the OpenAPI schema
 
 
-async def test_mounted_at_v1_the_app_reads_its_own_state(make_embedded: Any) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
-    root = Starlette(routes=[Mount("/v1", app=create_native_app(embedded.plane, (KEY,)))])
+async def test_mounted_at_v1_the_app_reads_its_own_state() -> None:
+    door = await open_door("node-a=NVIDIA_H200:1")
+    root = Starlette(routes=[Mount("/v1", app=create_native_app(door.plane, (KEY,)))])
 
-    fleet = await get(embedded, root, "/v1/fleet")
-    denied = await get(embedded, root, "/v1/fleet", headers={})
-    missing = await get(embedded, root, "/v1/jobs/nope")
+    fleet = await get(root, "/v1/fleet")
+    denied = await get(root, "/v1/fleet", headers={})
+    missing = await get(root, "/v1/jobs/nope")
 
     assert fleet.status_code == 200 and fleet.json()["devices"][0]["model"] == "NVIDIA H200"
     check_error(denied, 401, "unauthorized")
