@@ -11,7 +11,7 @@ from flashpoint.explain import Code, Reason
 from flashpoint.gpus import ANY_GPU, MODELS, Candidate, GpuGroup, GPUModel, GpuType, candidates, model_of
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder
-from flashpoint.scheduler.placement import Fit, NoFit, feasible, place
+from flashpoint.scheduler.placement import Fit, NoFit, Yielders, feasible, place
 
 H200 = model_of(GpuType.NVIDIA_H200)
 A100_PCIE = model_of(GpuType.NVIDIA_A100_80GB_PCIe)
@@ -460,6 +460,30 @@ def test_reclaim_names_a_worker_holding_two_devices_once() -> None:
     assert result.reclaim == (holder,)
 
 
+def test_yielders_name_the_holders_that_may_yield_and_the_check_has_the_last_word() -> None:
+    # Given two H200s held by idle workers of two endpoints
+    first, second = held("idle-a", worker="w1"), held("idle-b", worker="w2")
+    devices = (dev("a", 0, H200), dev("b", 0, H200))
+    index = fleet(devices, {("a", 0): first, ("b", 0): second})
+    asked: list[Holder] = []
+
+    def check(holder: Holder) -> bool:
+        asked.append(holder)
+        return holder is not first
+
+    # Then only the named holders are considered, and the check is asked about them only
+    only_second = place((H200,), 1, index, Yielders([second]))
+    assert isinstance(only_second, Fit) and only_second.reclaim == (second,)
+    checked = place((H200,), 1, index, Yielders([first, second], check))
+    assert isinstance(checked, Fit) and checked.reclaim == (second,)
+    assert set(asked) == {first, second}
+    asked.clear()
+    assert place((H200,), 1, index, Yielders([first], check)) == place((H200,), 1, index)
+    assert asked == [first]
+    # an empty one reclaims nothing, as no predicate at all
+    assert place((H200,), 1, index, Yielders([])) == place((H200,), 1, index)
+
+
 # --- feasible: could it ever fit on this fleet? -------------------------------------------------------------------
 
 
@@ -469,6 +493,16 @@ def test_feasible_ignores_holders() -> None:
     assert isinstance(placed((H200,), 1, devices, {("a", 0): held("llm")}), NoFit)
     # ... but the request could fit on this fleet
     assert feasible((H200,), 1, devices) is None
+
+
+def test_feasible_follows_the_fleet_it_is_given() -> None:
+    # feasible keeps the last fleet's index: a new fleet (a list, or one equal tuple) must be read afresh
+    one = [dev("a", 0, H200)]
+    assert feasible((H200,), 1, one) is None
+    one.append(dev("a", 1, H200))
+    assert feasible((H200,), 2, one) is None
+    assert feasible((H200,), 2, (dev("a", 0, H200),)) is not None
+    assert feasible((H200,), 2, tuple(one)) is None
 
 
 @pytest.mark.parametrize(

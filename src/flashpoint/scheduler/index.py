@@ -10,20 +10,22 @@ into *groups* ``(node, model_name)``, the unit a worker may use (one model on on
 fleet order (the order of their first device), and each keeps its devices' fleet positions in fleet order and its
 free count. A device belongs to two groups: its model's and ANY's.
 
-Invariants, kept by ``hold``/``release`` in O(log groups) each, checked against a plain scan by
+Invariants, kept by ``hold``/``release`` in O(log groups) comparisons per device, checked against a plain scan by
 tests/scheduler/test_index.py:
 
 - ``group.free`` is the number of devices of the group that nobody holds;
 - ``key.buckets[c]`` is the sorted list of the numbers of the key's groups with exactly ``c`` free devices, so the
   first group in fleet order with at least ``n`` free is the least head of ``buckets[n:]``;
-- ``key.endpoints[e]`` is the number of the key's devices held by workers of endpoint ``e`` (never 0: an endpoint
-  that holds nothing there is dropped), so "held by ..." texts read it instead of the devices.
+- ``key.endpoints[e]`` is the number of the key's devices held by workers of endpoint ``e``, and ``key.holders[h]``
+  the number held by holder ``h`` (never 0: who holds nothing there is dropped), so "held by ..." texts read the
+  first instead of the devices, and the reclaim path asks about the holders of the second;
+- ``index._by_holder[h]`` lists the fleet positions ``h`` holds, so a holder that may yield leads to its groups.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from flashpoint.gpus import AnyGPU, Candidate, GPUModel
 from flashpoint.scheduler.inventory import Device, Holder
@@ -49,12 +51,13 @@ class _Group:
 class _Key:
     """What one candidate matches: its groups in fleet order, bucketed by free count, and who holds its devices."""
 
-    __slots__ = ("buckets", "endpoints", "groups", "largest")
+    __slots__ = ("buckets", "endpoints", "groups", "holders", "largest")
 
     def __init__(self) -> None:
         self.groups: list[_Group] = []
         self.buckets: list[list[int]] = []
         self.endpoints: dict[str, int] = {}
+        self.holders: dict[Holder, int] = {}
         #: the size of its largest group: the most devices a worker could ever get from it
         self.largest = 0
 
@@ -62,11 +65,13 @@ class _Key:
 class FleetIndex:
     """The fleet in fleet order, who holds which device, and per model and node how many are free."""
 
-    __slots__ = ("_any", "_coarse", "_devices", "_held", "_holders", "_models", "_position", "_where")
+    __slots__ = ("_any", "_by_holder", "_coarse", "_devices", "_held", "_holders", "_models", "_position", "_where")
 
     def __init__(self, devices: Sequence[Device] = ()) -> None:
         self._build(devices)
         self._holders: dict[tuple[str, int], Holder] = {}
+        #: the fleet positions each holder holds, for the reclaim path
+        self._by_holder: dict[Holder, list[int]] = {}
 
     def _build(self, devices: Sequence[Device]) -> None:
         self._devices = tuple(devices)
@@ -152,6 +157,7 @@ class FleetIndex:
         holders = self._holders
         self._build(devices)
         self._holders = {}
+        self._by_holder = {}
         for key, holder in holders.items():
             position = self._position.get(key)
             if position is not None:
@@ -201,18 +207,29 @@ class FleetIndex:
     def _take(self, position: int, holder: Holder) -> None:
         self._held[position] = holder
         self._holders[self._devices[position].key] = holder
+        positions = self._by_holder.get(holder)
+        if positions is None:
+            self._by_holder[holder] = [position]
+        else:
+            positions.append(position)
         endpoint = holder.endpoint
         for group in self._where[position]:
             key = group.key
             _move(key.buckets, group.number, group.free, group.free - 1)
             group.free -= 1
             key.endpoints[endpoint] = key.endpoints.get(endpoint, 0) + 1
+            key.holders[holder] = key.holders.get(holder, 0) + 1
 
     def _give(self, position: int) -> None:
         holder = self._held[position]
         assert holder is not None
         self._held[position] = None
         del self._holders[self._devices[position].key]
+        positions = self._by_holder[holder]
+        if len(positions) == 1:
+            del self._by_holder[holder]
+        else:
+            positions.remove(position)
         endpoint = holder.endpoint
         for group in self._where[position]:
             key = group.key
@@ -223,6 +240,11 @@ class FleetIndex:
                 key.endpoints[endpoint] = left
             else:
                 del key.endpoints[endpoint]
+            left = key.holders[holder] - 1
+            if left:
+                key.holders[holder] = left
+            else:
+                del key.holders[holder]
 
     # ----------------------------------------------------------------------------------------------------------------
     # what placement asks
@@ -280,20 +302,46 @@ class FleetIndex:
         return group.node, tuple(chosen)
 
     def fit_reclaim(
-        self, candidate: Candidate, gpu_count: int, yieldable: Callable[[Holder], bool]
+        self,
+        candidate: Candidate,
+        gpu_count: int,
+        yieldable: Callable[[Holder], bool] | None,
+        among: Collection[Holder] | None = None,
     ) -> tuple[str, tuple[Device, ...], tuple[Holder, ...]] | None:
         """The first group in fleet order where free devices and devices of holders that may yield make
         ``gpu_count``: its node, the devices (free ones first, each part in fleet order) and the holders to stop.
 
-        Scans the candidate's groups (the rare path: no free fit), asking ``yieldable`` once per holder.
+        The rare path (no group has ``gpu_count`` free). A holder may yield when it is in ``among`` (when given)
+        and ``yieldable`` (when given) accepts it; ``yieldable`` is asked once about each holder of the candidate's
+        devices that is in ``among``. Without ``among`` that is every holder of the candidate's devices; with it, the
+        smaller of the two sets is walked. Only the groups where an accepted holder holds devices can fit, and only
+        they are read.
         """
         key = self._key(candidate)
         if key is None or gpu_count < 1:
             return None
+        holders = key.holders
+        pool: Iterable[Holder] = holders
+        if among is not None:
+            pool = (
+                [h for h in among if h in holders] if len(among) < len(holders) else [h for h in holders if h in among]
+            )
+        accepted: set[Holder] = set()
+        numbers: set[int] = set()
+        where = self._where
+        for named in pool:
+            if yieldable is None or yieldable(named):
+                accepted.add(named)
+                for position in self._by_holder[named]:
+                    for group in where[position]:
+                        if group.key is key:
+                            numbers.add(group.number)
+        if not numbers:
+            return None
         held = self._held
         devices = self._devices
-        verdicts: dict[Holder, bool] = {}
-        for group in key.groups:
+        for number in sorted(numbers):
+            group = key.groups[number]
             if len(group.slots) < gpu_count:
                 continue
             free: list[Device] = []
@@ -302,11 +350,7 @@ class FleetIndex:
                 holder = held[position]
                 if holder is None:
                     free.append(devices[position])
-                    continue
-                ok = verdicts.get(holder)
-                if ok is None:
-                    ok = verdicts[holder] = yieldable(holder)
-                if ok:
+                elif holder in accepted:
                     taken.append(devices[position])
             if len(free) + len(taken) >= gpu_count:
                 chosen = tuple((free + taken)[:gpu_count])

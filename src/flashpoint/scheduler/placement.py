@@ -7,7 +7,7 @@ model" from free counts it keeps as devices are taken and released, so a decisio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from flashpoint.explain import Code, Reason
@@ -42,6 +42,25 @@ def _never(holder: Holder) -> bool:
     return False
 
 
+class Yielders:
+    """A ``yieldable`` predicate that knows every holder it may accept: with it, the reclaim path visits only the
+    devices of those holders, instead of every device of the candidate (the cost of a busy fleet's decisions).
+
+    ``Yielders(holders)`` accepts exactly ``holders``; ``Yielders(holders, check)`` accepts those of them ``check``
+    accepts at decision time (``check`` is never asked about any other holder). Pass the holders that could yield now
+    (idle workers above their minimum, once per plan); an empty one skips the reclaim path at once.
+    """
+
+    __slots__ = ("check", "holders")
+
+    def __init__(self, holders: Iterable[Holder], check: Callable[[Holder], bool] | None = None) -> None:
+        self.holders: Collection[Holder] = frozenset(holders)
+        self.check = check
+
+    def __call__(self, holder: Holder) -> bool:
+        return holder in self.holders and (self.check is None or self.check(holder))
+
+
 def place(
     candidates: Sequence[Candidate],
     gpu_count: int,
@@ -54,7 +73,8 @@ def place(
     Free devices are preferred; devices whose holder ``yieldable`` accepts (an idle worker above its endpoint's
     minimum) are usable too, in which case the fit names the holders to stop. Declared order beats yielding: an
     earlier candidate that needs a reclaim wins over a later one that is free. Without a ``yieldable`` predicate
-    nothing is reclaimed and the reclaim scan is skipped.
+    nothing is reclaimed and the reclaim path is skipped; a plain predicate makes a candidate without a free fit
+    visit all its devices, a ``Yielders`` only the devices of the holders it names (same answers).
 
     An ``Inventory`` (transitional) is turned into a ``FleetIndex`` first, which costs a pass over its devices.
     """
@@ -70,7 +90,11 @@ def place(
         if free_fit is not None:
             return Fit(candidate, *free_fit)
         if yieldable is not _never:
-            reclaim_fit = index.fit_reclaim(candidate, gpu_count, yieldable)
+            reclaim_fit = (
+                index.fit_reclaim(candidate, gpu_count, yieldable.check, yieldable.holders)
+                if isinstance(yieldable, Yielders)
+                else index.fit_reclaim(candidate, gpu_count, yieldable)
+            )
             if reclaim_fit is not None:
                 return Fit(candidate, *reclaim_fit)
         reasons.append(_busy(candidate, gpu_count, index))
@@ -135,7 +159,7 @@ def _index_of(inventory: Inventory) -> FleetIndex:
 
 def feasible(candidates: Sequence[Candidate], gpu_count: int, devices: Sequence[Device]) -> NoFit | None:
     """None if some candidate could ever fit on this fleet (ignoring who holds what); else the reasons."""
-    index = FleetIndex(devices)
+    index = _fleet_shape(devices)
     reasons: list[Reason] = []
     for candidate in candidates:
         missing = _not_in_fleet(candidate, gpu_count, index)
@@ -143,3 +167,17 @@ def feasible(candidates: Sequence[Candidate], gpu_count: int, devices: Sequence[
             return None
         reasons.append(missing)
     return NoFit(tuple(reasons))
+
+
+#: the last fleet ``feasible`` indexed, and its index (nobody holds anything there): the engine asks about every
+#: endpoint with the same fleet, so the index is built once per fleet, not once per endpoint
+_last_fleet: list[tuple[tuple[Device, ...], FleetIndex]] = []
+
+
+def _fleet_shape(devices: Sequence[Device]) -> FleetIndex:
+    fleet = devices if isinstance(devices, tuple) else tuple(devices)
+    if _last_fleet and _last_fleet[0][0] == fleet:  # the same devices: an identity check per device
+        return _last_fleet[0][1]
+    index = FleetIndex(fleet)
+    _last_fleet[:] = [(fleet, index)]
+    return index
