@@ -24,6 +24,24 @@ T = TypeVar("T")
 
 SEED_NAME = "000_1716fa7ad0ba5e4b.txt"
 
+# Where PYTHONDONTWRITEBYTECODE is set (these machines set it), every run compiled and assert-rewrote every module
+# again: about 4 s of the quick suite. The run keeps its bytecode in __pycache__ (git ignores it) like any Python.
+sys.dont_write_bytecode = False
+
+#: folders whose every test carries these markers (their modules say so in ``pytestmark``): a run whose ``-m``
+#: deselects them all need not import them (schemathesis and Ray take seconds to import)
+_MARKED_FOLDERS = {"hardening": {"slow", "hardening"}, "ray": {"slow", "ray"}}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    markers = _MARKED_FOLDERS.get(collection_path.name)
+    expression = config.option.markexpr
+    if markers is None or not expression or collection_path.parent != Path(__file__).parent:
+        return None
+    from _pytest.mark.expression import Expression
+
+    return not Expression.compile(expression).evaluate(lambda name, **_: name in markers) or None
+
 
 def seed_path() -> Path:
     """The seed document, beside the repository in ``shared/``: skipped locally when absent, a failure in CI."""

@@ -13,6 +13,8 @@ Edge module (L5): flashpoint's domain (L0-L2) and httpx only; never ``flashpoint
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -118,6 +120,7 @@ class HTTPConnection:
             timeout=httpx.Timeout(self.timeout_s, pool=None),
             # many concurrent long polls each hold a connection; past the limit they queue for one (pool=None)
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            verify=_tls(),
         )
         closer = _closed_with_loop(client)
         self._clients[loop] = (client, closer)
@@ -349,3 +352,10 @@ def _seconds(value: float) -> str:
 
 
 __all__ = ["ERRORS_BY_CODE", "REJECTED_CODES", "HTTPConnection", "error_for"]
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every client of this process: building one loads the CA bundle (about 60 ms here), which
+    httpx would otherwise do for each client (one per event loop, so once per ``asyncio.run``)."""
+    return ssl.create_default_context()

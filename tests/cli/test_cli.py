@@ -130,6 +130,7 @@ def test_a_bad_simulated_fleet_is_a_config_error(tmp_path: Path) -> None:
     assert "FLASHPOINT_SIMULATED_GPUS" in str(result.exception)
 
 
+@pytest.mark.slow
 async def test_gpus_of_a_live_plane_show_who_holds_each_device(embedded: EmbeddedServer, tmp_path: Path) -> None:
     # Given a worker of "warm" that took an A100 and stays warm (workers=(1, 1))
     @Endpoint(name="warm", gpu=GpuGroup.AMPERE_80, workers=(1, 1))

@@ -1,4 +1,9 @@
-"""End to end on the embedded plane: real worker processes pulling over HTTP on loopback; simulated GPUs only."""
+"""End to end on the embedded server: real worker processes pulling over HTTP on loopback; simulated GPUs only.
+
+What only processes show lives here: environments, handlers, signals, exits, output. The scheduling rules (fallback
+order, scaling, yielding, retries, timeouts by the clock) are unit tests through the test door (tests/scheduler).
+Tests that start worker processes are marked ``slow``; three quick ones stay in the quick suite as a smoke test.
+"""
 
 from __future__ import annotations
 
@@ -78,75 +83,6 @@ async def test_new_job_first_status_is_in_queue(make_embedded) -> None:
     await job.cancel()
 
 
-async def test_fallback_keeps_declared_order(make_embedded, tmp_path: Path) -> None:
-    embedded = make_embedded("NVIDIA_A100_80GB_PCIe:1,NVIDIA_H200:1")
-
-    # H200 is declared first although the A100 comes first in the fleet and in the catalog
-    @Endpoint(
-        name="fallback",
-        gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80],
-        workers=(0, 2),
-        idle_timeout=0,
-        scaler_type="REQUEST_COUNT",
-        scaler_value=1,
-    )
-    async def held(gate: str) -> str:
-        import asyncio
-        import os
-
-        while not os.path.exists(gate):
-            await asyncio.sleep(0.01)
-        return os.environ["FLASHPOINT_GPU_MODEL"]
-
-    gates = [gate_file(tmp_path, str(i)) for i in range(3)]
-    first = await held.run(gates[0])
-    await eventually(
-        lambda: [w for w in snapshot(embedded, "fallback")["workers"] if w["jobs"]], what="first job taken"
-    )
-    second = await held.run(gates[1])
-    running = lambda: sum(len(w["jobs"]) for w in snapshot(embedded, "fallback")["workers"])  # noqa: E731
-    await eventually(lambda: running() == 2, what="second job running on a second worker")
-
-    open_gate(gates[0])
-    assert await first.result(timeout=30) == "NVIDIA H200"
-    # idle_timeout=0: the first worker stops, its H200 returns to the fleet
-    await eventually(
-        lambda: [d["model"] for d in held_devices(embedded)] == ["NVIDIA A100 80GB PCIe"], what="H200 freed"
-    )
-    third = await held.run(gates[2])
-    await eventually(lambda: running() == 2, what="third job running on a third worker")
-    open_gate(gates[1])
-    open_gate(gates[2])
-    assert await second.result(timeout=30) == "NVIDIA A100 80GB PCIe"
-    assert await third.result(timeout=30) == "NVIDIA H200"
-
-
-async def test_any_takes_the_first_available_device(make_embedded) -> None:
-    make_embedded("NVIDIA L40S:1")
-
-    @Endpoint(name="dev")  # gpu defaults to GpuGroup.ANY
-    async def dev(data: dict) -> str:
-        import os
-
-        return os.environ["FLASHPOINT_GPU_MODEL"]
-
-    assert await dev({}) == "NVIDIA L40S"
-
-
-async def test_gpu_count_needs_devices_of_one_model_on_one_node(make_embedded) -> None:
-    make_embedded("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
-
-    @Endpoint(name="pair", gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80], gpu_count=2)
-    async def pair(data: dict) -> str:
-        import os
-
-        return os.environ["CUDA_VISIBLE_DEVICES"]
-
-    job = await pair.run({})
-    assert await job.result(timeout=30) == "1,2"
-    assert job.view.placement is not None and job.view.placement.device_ids == (1, 2)
-
-
 async def test_impossible_request_warns_at_once_and_waits_in_queue(make_embedded, caplog) -> None:
     make_embedded("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")
     caplog.set_level(logging.WARNING, logger="flashpoint.plane")
@@ -172,67 +108,7 @@ async def test_impossible_request_warns_at_once_and_waits_in_queue(make_embedded
         await job.result(timeout=5)
 
 
-async def test_max_workers_caps_concurrency_and_is_explained(make_embedded, tmp_path: Path) -> None:
-    embedded = make_embedded("NVIDIA_A100_80GB_PCIe:4")
-
-    @Endpoint(name="capped", gpu=GpuGroup.AMPERE_80, workers=(0, 2), scaler_type="REQUEST_COUNT", scaler_value=1)
-    async def held(gate: str) -> int:
-        import asyncio
-        import os
-
-        while not os.path.exists(gate):
-            await asyncio.sleep(0.01)
-        return 1
-
-    gate = gate_file(tmp_path, "cap")
-    jobs = [await held.run(gate) for _ in range(4)]
-    await eventually(
-        lambda: sum(len(w["jobs"]) for w in snapshot(embedded, "capped")["workers"]) == 2, what="2 running"
-    )
-    statuses = [await job.status() for job in jobs]
-    assert statuses.count("IN_PROGRESS") == 2 and statuses.count("IN_QUEUE") == 2
-    assert len(held_devices(embedded)) == 2  # never more than gpu_count x workers_max
-    explanation = await jobs[3].explain()
-    assert explanation.position == 2
-    assert "max_workers" in [r.code.value for r in explanation.reasons]
-    open_gate(gate)
-    assert [await job.result(timeout=30) for job in jobs] == [1, 1, 1, 1]
-
-
-async def test_queued_until_devices_free_then_runs_and_idle_worker_yields(make_embedded, tmp_path: Path) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
-
-    @Endpoint(name="owner", gpu=GpuType.NVIDIA_H200, idle_timeout=600)
-    async def owner(gate: str) -> str:
-        import asyncio
-        import os
-
-        while not os.path.exists(gate):
-            await asyncio.sleep(0.01)
-        return "owner done"
-
-    @Endpoint(name="waiter", gpu=GpuType.NVIDIA_H200)
-    async def waiter(data: dict) -> str:
-        import os
-
-        return os.environ["FLASHPOINT_ENDPOINT"]
-
-    gate = gate_file(tmp_path, "owner")
-    running = await owner.run(gate)
-    await eventually(lambda: [w for w in snapshot(embedded, "owner")["workers"] if w["jobs"]], what="owner running")
-    queued = await waiter.run({})
-    explanation = await queued.explain()
-    assert await queued.status() == "IN_QUEUE"
-    assert explanation.never is False
-    assert [(r.code.value, r.holders) for r in explanation.reasons] == [("busy", ("owner",))]
-
-    open_gate(gate)
-    assert await running.result(timeout=30) == "owner done"
-    # owner's worker is idle and above its minimum (0): it yields the H200 at once, not after idle_timeout=600
-    assert await queued.result(timeout=30) == "waiter"
-    assert snapshot(embedded, "owner")["workers"] == []
-
-
+@pytest.mark.slow
 async def test_cancel_in_progress_stops_the_handler_and_worker_stays_usable(make_embedded, tmp_path: Path) -> None:
     embedded = make_embedded("NVIDIA_H200:1")
     marker = tmp_path / "cancelled"
@@ -258,6 +134,7 @@ async def test_cancel_in_progress_stops_the_handler_and_worker_stays_usable(make
     assert worker == job.view.worker_id  # the same worker took the next job
 
 
+@pytest.mark.slow
 async def test_execution_timeout_ends_job_and_replaces_worker(make_embedded) -> None:
     make_embedded("NVIDIA_H200:1")
 
@@ -278,27 +155,7 @@ async def test_execution_timeout_ends_job_and_replaces_worker(make_embedded) -> 
     assert replacement != job.view.worker_id
 
 
-async def test_worker_crash_is_retried_once_on_a_new_worker(make_embedded, tmp_path: Path) -> None:
-    embedded = make_embedded("NVIDIA_H200:1")
-    marker = tmp_path / "crashed-once"
-
-    @Endpoint(name="crashy", gpu=GpuType.NVIDIA_H200)
-    async def crash_once(marker: str) -> str:
-        import os
-
-        if not os.path.exists(marker):
-            open(marker, "w").close()
-            os._exit(3)
-        return os.environ["FLASHPOINT_WORKER_ID"]
-
-    job = await crash_once.run(str(marker))
-    worker = await job.result(timeout=60)
-    assert job.view.retries == 1
-    assert job.view.worker_id == worker
-    explanation_workers = snapshot(embedded, "crashy")["workers"]
-    assert [w["id"] for w in explanation_workers] == [worker]  # the crashed worker is gone, a new one ran the retry
-
-
+@pytest.mark.slow
 async def test_worker_lost_twice_fails_with_worker_lost_and_devices_return(make_embedded) -> None:
     embedded = make_embedded("NVIDIA_H200:1")
 
@@ -316,6 +173,7 @@ async def test_worker_lost_twice_fails_with_worker_lost_and_devices_return(make_
     await eventually(lambda: held_devices(embedded) == [], what="devices back in the fleet")
 
 
+@pytest.mark.slow
 async def test_remote_exception_carries_type_message_and_traceback(make_embedded) -> None:
     make_embedded("NVIDIA_H200:1")
 
@@ -332,6 +190,7 @@ async def test_remote_exception_carries_type_message_and_traceback(make_embedded
     assert error.reason == "user_error"
 
 
+@pytest.mark.slow
 async def test_class_endpoint_is_instantiated_once_and_keeps_state(make_embedded) -> None:
     make_embedded("NVIDIA_H200:1")
 
@@ -356,6 +215,7 @@ async def test_class_endpoint_is_instantiated_once_and_keeps_state(make_embedded
     assert await model.peek() == 13
 
 
+@pytest.mark.slow
 async def test_max_concurrency_runs_async_handlers_together(make_embedded, tmp_path: Path) -> None:
     make_embedded("NVIDIA_H200:1")
 
@@ -375,6 +235,7 @@ async def test_max_concurrency_runs_async_handlers_together(make_embedded, tmp_p
     assert await job_a.result(timeout=30) == await job_b.result(timeout=30)  # one worker ran both at once
 
 
+@pytest.mark.slow
 async def test_missing_dependency_fails_the_job_naming_it(make_embedded) -> None:
     make_embedded("NVIDIA_H200:1")
 
@@ -388,6 +249,7 @@ async def test_missing_dependency_fails_the_job_naming_it(make_embedded) -> None
     assert "surely-not-installed-flashpoint-dep>=1" in str(caught.value)
 
 
+@pytest.mark.slow
 async def test_cpu_endpoint_runs_without_gpus(make_embedded) -> None:
     embedded = make_embedded("NVIDIA_H200:1")
 
@@ -403,6 +265,7 @@ async def test_cpu_endpoint_runs_without_gpus(make_embedded) -> None:
     assert held_devices(embedded) == []
 
 
+@pytest.mark.slow
 async def test_worker_output_reaches_caller_log_and_job(make_embedded, caplog) -> None:
     make_embedded("NVIDIA_H200:1")
     caplog.set_level(logging.INFO, logger="flashpoint.worker")
@@ -427,24 +290,7 @@ def _logs(caplog, job_id: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "flashpoint.worker" and job_id in r.getMessage()]
 
 
-async def test_min_workers_kept_warm_and_scale_to_zero_after_idle(make_embedded) -> None:
-    embedded = make_embedded("NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:1")
-
-    @Endpoint(name="warm", gpu=GpuType.NVIDIA_H200, workers=(1, 1))
-    async def warm(data: dict) -> str:
-        return "warm"
-
-    @Endpoint(name="cold", gpu=GpuGroup.AMPERE_80, idle_timeout=0.3)
-    async def cold(data: dict) -> str:
-        return "cold"
-
-    assert await warm({}) == "warm"
-    assert await cold({}) == "cold"
-    await eventually(lambda: snapshot(embedded, "cold")["workers"] == [], what="cold endpoint to scale to zero")
-    states = [w["state"] for w in snapshot(embedded, "warm")["workers"]]
-    assert states == ["IDLE"]  # the minimum stays, idle
-
-
+@pytest.mark.slow
 async def test_values_json_cannot_carry_travel_in_the_binary_encoding(make_embedded) -> None:
     make_embedded("NVIDIA_H200:1")
 
@@ -455,6 +301,7 @@ async def test_values_json_cannot_carry_travel_in_the_binary_encoding(make_embed
     assert await reverse((1, "a"), b"xy") == (("a", 1), b"yx", {1, 2})
 
 
+@pytest.mark.slow
 async def test_generator_endpoint_streams_chunks_as_they_are_produced(make_embedded, tmp_path: Path) -> None:
     make_embedded("NVIDIA_H200:1")
     gate = gate_file(tmp_path, "second-chunk")
@@ -480,6 +327,7 @@ async def test_generator_endpoint_streams_chunks_as_they_are_produced(make_embed
     assert await tokens(2, gate) == ["first", 0, 1]  # awaited whole, a generator's output is every chunk
 
 
+@pytest.mark.slow
 async def test_workers_reach_the_plane_at_the_worker_url(make_embedded) -> None:
     import socket
 

@@ -13,7 +13,7 @@ from flashpoint import Endpoint
 from flashpoint.codec import PICKLE_KEY
 from tests.conftest import eventually_async
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
 async def _printed(job: Any) -> bool:

@@ -232,3 +232,31 @@ async def test_reads_never_start_or_stop_a_worker() -> None:
         "NVIDIA H200",
         "NVIDIA A100 80GB PCIe",
     ]
+
+
+async def test_fallback_follows_the_declared_order_as_devices_are_held_and_freed() -> None:
+    # H200 declared first, although the A100 comes first in the fleet and in the catalog
+    door = await open_door("node-a=NVIDIA_A100_80GB_PCIe:1,NVIDIA_H200:1")
+    door.endpoint(
+        name="fallback",
+        gpu=[GpuType.NVIDIA_H200, GpuGroup.AMPERE_80],
+        workers=(0, 2),
+        idle_timeout=0,
+        scaler_type=ServerlessScalerType.REQUEST_COUNT,
+        scaler_value=1,
+    )
+    first = door.submit("fallback")
+    await door.settle()
+    (h200,) = door.workers("fallback")
+    assert h200.placement().gpu_model == "NVIDIA H200"
+    await door.pull(h200)
+    door.submit("fallback")
+    await door.settle()
+    a100 = door.workers("fallback")[1]
+    assert a100.placement().gpu_model == "NVIDIA A100 80GB PCIe"  # the H200 is busy: the next candidate
+    await door.pull(a100)
+    await door.finish(h200, first.id)
+    await door.step(0)  # idle_timeout=0: the H200's worker stops and its device returns
+    door.submit("fallback")
+    await door.settle()
+    assert [w.placement().gpu_model for w in door.workers("fallback")] == ["NVIDIA A100 80GB PCIe", "NVIDIA H200"]
