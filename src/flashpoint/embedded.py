@@ -253,7 +253,7 @@ class EmbeddedServer:
         """Submit, then yield each chunk a generator endpoint produces as it arrives."""
         view = await self.submit(endpoint, payload, extra)
         while True:
-            read = asyncio.run_coroutine_threadsafe(self.plane.read_stream(view.id, 25.0), self.loop)
+            read = asyncio.run_coroutine_threadsafe(self.plane.read_chunks(view.id, 25.0), self.loop)
             state, chunks = await asyncio.wrap_future(read)
             for chunk in chunks:
                 yield codec.decode_chunk(chunk)

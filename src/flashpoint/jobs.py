@@ -156,9 +156,9 @@ class Job:
     logs: list[str] = field(default_factory=list)
     #: bytes of the input's JSON (for the plane's queue cap): an accounting hint, not part of the record's value
     size: int = field(default=0, compare=False)
-    #: streamed chunks not yet read through ``/stream`` (a destructive read): ``{"output": value}``, with
-    #: ``codec.ENCODING_KEY`` beside it for a binary chunk
-    stream: list[Any] = field(default_factory=list)
+    #: chunks a generator handler posted (job-stream) not yet read through ``/stream`` (a destructive read):
+    #: ``{"output": value}``, with ``codec.ENCODING_KEY`` beside it for a binary chunk
+    chunks: list[Any] = field(default_factory=list)
 
     @property
     def expires_at(self) -> float:

@@ -101,7 +101,7 @@ def test_update_persists_every_field(store: JobStore) -> None:
     job.ttl_ms = 3_600_000
     job.retries = 1
     job.logs.extend(["loading", "step 1"])
-    job.stream.extend([{"token": "a"}, ["b", 2], None])
+    job.chunks.extend([{"token": "a"}, ["b", 2], None])
     job.extra["policy"] = {"ttl": 3_600_000}
     store.update(job)
     job.move(S.FAILED)
@@ -334,7 +334,7 @@ def test_unicode_round_trips(store: JobStore) -> None:
     store.add(job)
     job.move(S.IN_PROGRESS)
     job.logs.append(text)
-    job.stream.append({"chunk": text})
+    job.chunks.append({"chunk": text})
     job.worker_id = "wörker-1"
     store.update(job)
     job.output = text

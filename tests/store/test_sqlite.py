@@ -71,7 +71,7 @@ def full_job(n: int, status: JobStatus = S.IN_PROGRESS) -> Job:
         execution_timeout_ms=60_000 + n,
         ttl_ms=7_200_000,
         logs=[f"log {n}", "second line"],
-        stream=[{"token": str(n)}, [1, 2]],
+        chunks=[{"token": str(n)}, [1, 2]],
     )
 
 
@@ -373,6 +373,20 @@ def test_an_unreadable_record_names_the_job(open_db: Callable[..., SQLiteJobStor
         conn.commit()
     with pytest.raises(StoreError, match=r"job 'bad' has an unreadable record: 'no such reason' is not a valid"):
         store.get("bad")
+
+
+def test_pending_chunks_stored_under_their_old_name_are_read(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
+    # Given a record written before pending chunks were called chunks (its data names them "stream")
+    store = open_db()
+    store.add(Job(id="old", endpoint="ep", input=None, status=S.IN_PROGRESS))
+    store.flush()
+    store.close()
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("""update jobs set data = '{"stream": [{"output": 1}]}'""")
+        conn.commit()
+    # Then the chunks are read back
+    job = open_db().get("old")
+    assert job is not None and job.chunks == [{"output": 1}]
 
 
 def test_a_closed_store_says_so(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:

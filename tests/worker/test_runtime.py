@@ -88,7 +88,7 @@ def urls(base: str) -> Urls:
     return Urls(
         take=f"{base}/v2/ep/job-take/w1?gpu=x",
         done=f"{base}/v2/ep/job-done/w1/$ID?gpu=x",
-        stream=f"{base}/v2/ep/job-stream/w1/$ID?gpu=x",
+        chunk=f"{base}/v2/ep/job-stream/w1/$ID?gpu=x",
         ping="",
     )
 

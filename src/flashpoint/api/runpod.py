@@ -174,7 +174,7 @@ async def _status(request: Request, plane: ControlPlane, endpoint: str, intake: 
 async def _stream(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
     wait = _query_ms(request, "wait", 0, 0, 60_000)  # flashpoint's extension: hold for a chunk up to this long
     job = _own_job(plane, endpoint, request.path_params["job_id"])
-    view, chunks = await plane.read_stream(job.id, wait / 1000)
+    view, chunks = await plane.read_chunks(job.id, wait / 1000)
     # each chunk is {"output": ...}, with its encoding beside it when a worker sent it binary to an SDK caller
     return json_response({"id": view.id, "status": view.status.value, "stream": chunks})
 

@@ -151,7 +151,7 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
             return too_large()
         except (ValueError, UnicodeDecodeError) as exc:
             return error_response(400, "bad_json", f"job-stream body must be UTF-8 JSON: {exc}")
-        plane.stream(p["endpoint"], p["worker"], p["job"], body)
+        plane.chunk(p["endpoint"], p["worker"], p["job"], body)
         return json_response({})
 
     async def ping(request: Request) -> Response:

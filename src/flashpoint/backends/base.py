@@ -8,7 +8,7 @@ from typing import Protocol
 
 from flashpoint.scheduler.inventory import Device
 
-#: called with (worker_id, stream name "stdout"/"stderr", line without newline)
+#: called with (worker_id, channel "stdout" or "stderr", line without newline)
 LineCallback = Callable[[str, str, str], None]
 #: called once with (worker_id, exit code) when the worker process is gone
 ExitCallback = Callable[[str, int], None]

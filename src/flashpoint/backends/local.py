@@ -36,7 +36,7 @@ class LocalBackend:
     async def _watch(
         self, worker_id: str, proc: asyncio.subprocess.Process, on_line: LineCallback, on_exit: ExitCallback
     ) -> None:
-        code = await process.watch(proc, lambda stream, line: on_line(worker_id, stream, line))
+        code = await process.watch(proc, lambda channel, line: on_line(worker_id, channel, line))
         self._procs.pop(worker_id, None)
         self._watchers.pop(worker_id, None)
         on_exit(worker_id, code)

@@ -14,7 +14,7 @@ from flashpoint.errors import BackendError
 
 log = logging.getLogger("flashpoint.backends")
 
-#: called with (stream name "stdout"/"stderr", line without its newline)
+#: called with (channel "stdout" or "stderr", line without its newline)
 OnLine = Callable[[str, str], None]
 
 

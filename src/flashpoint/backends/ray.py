@@ -193,8 +193,8 @@ class WorkerHost:
         self._code = await process.watch(proc, self._add)
         self._changed.set()
 
-    def _add(self, stream: str, line: str) -> None:
-        self._lines.append((stream, line))
+    def _add(self, channel: str, line: str) -> None:
+        self._lines.append((channel, line))
         self._changed.set()
 
     async def output(self, wait_s: float) -> tuple[list[tuple[str, str]], int | None]:
@@ -378,8 +378,8 @@ class RayBackend:
         try:
             while True:
                 lines, exited = await actor.output.remote(1.0)
-                for stream, line in lines:
-                    on_line(worker_id, stream, line)
+                for channel, line in lines:
+                    on_line(worker_id, channel, line)
                 if exited is not None:
                     code = exited
                     break

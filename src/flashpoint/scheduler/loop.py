@@ -424,7 +424,7 @@ class ControlPlane:
         job.output, job.output_binary, job.error = None, False, None
         job.worker_id, job.placement = None, None
         job.started_at, job.finished_at = None, None
-        job.stream = []
+        job.chunks = []
         ep = self.endpoint(job.endpoint)
         ep.counters["retried"] += 1
         self.commits.save(job)
@@ -620,8 +620,8 @@ class ControlPlane:
             self._stop_worker(worker)
         self._kick_if_someone_waits()
 
-    def stream(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
-        """A streamed chunk from a generator handler: pending until read through ``read_stream``."""
+    def chunk(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        """A chunk a generator handler yielded (job-stream): pending until read through ``read_chunks``."""
         self._worker(endpoint, worker_id)
         job = self.store.get(job_id)
         if job is not None and job.status is JobStatus.IN_PROGRESS and job.worker_id == worker_id:
@@ -633,16 +633,16 @@ class ControlPlane:
                     log.warning("job %s: %s; chunk dropped", job.id, _BINARY_REFUSED.message)
                     return
                 chunk[codec.ENCODING_KEY] = codec.BINARY_ENCODING
-            job.stream.append(chunk)
+            job.chunks.append(chunk)
             self.waiters.chunk_arrived(job.id)
 
-    async def read_stream(self, job_id: str, wait_s: float = 0.0) -> tuple[JobView, list[Any]]:
+    async def read_chunks(self, job_id: str, wait_s: float = 0.0) -> tuple[JobView, list[Any]]:
         """Chunks not yet read (a destructive read), waiting up to ``wait_s`` for one or for the job to end."""
         job = self.job(job_id)
-        if not job.stream and not job.status.terminal and wait_s > 0:
+        if not job.chunks and not job.status.terminal and wait_s > 0:
             await self.waiters.next_chunk(job_id, wait_s)
             job = self.job(job_id)
-        chunks, job.stream = job.stream, []
+        chunks, job.chunks = job.chunks, []
         if chunks:
             self.commits.save(job)
         return job.view(), chunks

@@ -73,7 +73,7 @@ _PLAIN = (
     "execution_timeout_ms",
     "ttl_ms",
 )
-_LISTS = ("logs", "stream")
+_LISTS = ("logs", "chunks")
 
 Row = tuple[str, str, str, float, float, str]
 
@@ -84,7 +84,7 @@ def _json(job: Job, value: Any) -> str:
         return json.dumps(value, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise StoreError(
-            f"job {job.id!r} cannot be stored: {exc}; a job's input, output, extra, logs and stream must be JSON "
+            f"job {job.id!r} cannot be stored: {exc}; a job's input, output, extra, logs and chunks must be JSON "
             "(flashpoint.codec wraps other values in its binary envelope)"
         ) from None
 
@@ -121,6 +121,8 @@ def _from_row(row: Sequence[Any]) -> Job:
     # a key missing from ``data`` takes the Job default, so a later version may add fields without a migration
     fields: dict[str, Any] = {name: data[name] for name in _PLAIN if name in data}
     fields.update({name: list(data[name]) for name in _LISTS if name in data})
+    if "stream" in data:  # the name pending chunks had before 2026-12 (the same record)
+        fields["chunks"] = list(data["stream"])
     if data.get("reason") is not None:
         fields["reason"] = Reason(data["reason"])
     if (placement := data.get("placement")) is not None:

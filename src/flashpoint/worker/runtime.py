@@ -226,7 +226,7 @@ class Urls:
 
     take: str
     done: str
-    stream: str
+    chunk: str
     ping: str
 
     @property
@@ -245,7 +245,7 @@ class Urls:
         return cls(
             take=env["RUNPOD_WEBHOOK_GET_JOB"].replace("$ID", worker_id),
             done=env["RUNPOD_WEBHOOK_POST_OUTPUT"].replace("$RUNPOD_POD_ID", worker_id),
-            stream=env.get("RUNPOD_WEBHOOK_POST_STREAM", "").replace("$RUNPOD_POD_ID", worker_id),
+            chunk=env.get("RUNPOD_WEBHOOK_POST_STREAM", "").replace("$RUNPOD_POD_ID", worker_id),
             ping=env.get("RUNPOD_WEBHOOK_PING", "").replace("$RUNPOD_POD_ID", worker_id),
         )
 
@@ -434,7 +434,7 @@ class Runtime:
 
     async def _run_handler(self, job: dict[str, Any]) -> dict[str, Any]:
         binary_ok = bool((job.get("flashpoint") or {}).get("binary_ok"))
-        url = self.urls.stream.replace("$ID", job["id"]) + "&isStream=false"
+        url = self.urls.chunk.replace("$ID", job["id"]) + "&isStream=false"
 
         async def emit(chunk: Any) -> None:
             body = codec.json_bytes(codec.encode_output(chunk, binary_ok=binary_ok))
