@@ -43,7 +43,9 @@ def test_hold_and_release() -> None:
     assert index.holder(devices[1]) is None and index.is_free(devices[1])
     assert index.holders() == {("a", 0): holder}
     assert isinstance(place((H200,), 2, index), NoFit)
+    index.verify()
     index.release(devices)
+    index.verify()
     assert index.holders() == {} and all(index.is_free(d) for d in devices)
     assert isinstance(place((H200,), 2, index), Fit)
 
@@ -61,6 +63,7 @@ def test_a_device_is_never_handed_out_twice() -> None:
         index.hold((devices[1], dev("b", 0, H200)), Holder("w2", "chat"))
 
     # a refused hold takes nothing
+    index.verify()
     assert index.holders() == {("a", 0): Holder("w1", "llm")}
     assert index.is_free(devices[1]) and index.is_free(devices[2])
     fit = place((H200,), 2, index)
@@ -90,6 +93,7 @@ def test_replace_keeps_the_holders_of_devices_still_there_and_drops_the_others()
     c0 = dev("c", 0, A40)
     index.replace((a0, a1, c0))
 
+    index.verify()
     assert index.devices == (a0, a1, c0)
     assert index.holders() == {("a", 0): Holder("w1", "llm")}
     busy = place((H200,), 2, index)
@@ -242,6 +246,7 @@ def test_place_on_a_fresh_index_is_the_reference(data: st.DataObject) -> None:
     holders = {devices[i % len(devices)].key: h for i, h in data.draw(HOLDINGS)}
     may_yield = data.draw(MAY_YIELD)
     index = index_of(devices, holders)
+    index.verify()
     for _ in range(4):
         check(World(devices, holders), index, request(data, palette), may_yield)
 
@@ -285,6 +290,7 @@ def test_place_stays_the_reference_as_devices_are_held_released_and_the_fleet_ch
             keys = {d.key for d in kept}
             world = World(tuple(kept), {k: h for k, h in world.holders.items() if k in keys})
             index.replace(world.devices)
+        index.verify()
         check(world, index, request(data, palette), may_yield)
     # the maintained index answers as one built from scratch on the same snapshot
     fresh = index_of(world.devices, world.holders)

@@ -246,6 +246,37 @@ class FleetIndex:
             else:
                 del key.holders[holder]
 
+    def verify(self) -> None:
+        """Recount everything the index keeps from who holds each device, and compare (O(fleet)): for tests.
+
+        Raises:
+            AssertionError: a kept count differs from the recount; the message names it.
+        """
+        held = self._held
+        holders = {self._devices[p].key: h for p, h in enumerate(held) if h is not None}
+        _same("holders", self._holders, holders)
+        by_holder: dict[Holder, list[int]] = {}
+        for position, holder in enumerate(held):
+            if holder is not None:
+                by_holder.setdefault(holder, []).append(position)
+        _same("positions by holder", {h: sorted(p) for h, p in self._by_holder.items()}, by_holder)
+        for key in self._keys():
+            buckets: list[list[int]] = [[] for _ in range(key.largest + 1)]
+            endpoints: dict[str, int] = {}
+            counts: dict[Holder, int] = {}
+            for group in key.groups:
+                free = sum(1 for p in group.slots if held[p] is None)
+                _same(f"free devices of group {group.number} on {group.node}", group.free, free)
+                buckets[free].append(group.number)
+                for position in group.slots:
+                    holder = held[position]
+                    if holder is not None:
+                        endpoints[holder.endpoint] = endpoints.get(holder.endpoint, 0) + 1
+                        counts[holder] = counts.get(holder, 0) + 1
+            _same("buckets", key.buckets, buckets)
+            _same("devices held per endpoint", key.endpoints, endpoints)
+            _same("devices held per holder", key.holders, counts)
+
     # ----------------------------------------------------------------------------------------------------------------
     # what placement asks
 
@@ -357,6 +388,11 @@ class FleetIndex:
                 reclaim = {h.worker_id: h for d in chosen if (h := held[self._position[d.key]]) is not None}
                 return group.node, chosen, tuple(reclaim.values())
         return None
+
+
+def _same(what: str, kept: object, counted: object) -> None:
+    if kept != counted:
+        raise AssertionError(f"the index keeps {what} {kept!r}, a recount gives {counted!r}")
 
 
 def _move(buckets: list[list[int]], number: int, old: int, new: int) -> None:

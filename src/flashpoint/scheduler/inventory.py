@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from flashpoint.gpus import GPUModel
 
@@ -67,10 +67,12 @@ def fleet_summary(devices: Sequence[Device]) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
+class Holder(NamedTuple):
     """Who holds a device: a worker of an endpoint. Whether it may give the device up is decided by the caller of
-    ``placement.place`` at decision time (its ``yieldable`` predicate), not stored here."""
+    ``placement.place`` at decision time (its ``yieldable`` predicate), not stored here.
+
+    A named tuple, not a dataclass: placement hashes holders on its reclaim path, and a tuple's hash is C code.
+    """
 
     worker_id: str
     endpoint: str

@@ -43,8 +43,9 @@ def _never(holder: Holder) -> bool:
 
 
 class Yielders:
-    """A ``yieldable`` predicate that knows every holder it may accept: with it, the reclaim path visits only the
-    devices of those holders, instead of every device of the candidate (the cost of a busy fleet's decisions).
+    """A ``yieldable`` predicate that knows every holder it may accept: with it, a candidate without a free fit
+    considers only those holders, instead of asking about every holder of its devices (what a busy fleet's decisions
+    cost with a plain predicate: a reconcile asks for every waiting endpoint).
 
     ``Yielders(holders)`` accepts exactly ``holders``; ``Yielders(holders, check)`` accepts those of them ``check``
     accepts at decision time (``check`` is never asked about any other holder). Pass the holders that could yield now
@@ -73,8 +74,8 @@ def place(
     Free devices are preferred; devices whose holder ``yieldable`` accepts (an idle worker above its endpoint's
     minimum) are usable too, in which case the fit names the holders to stop. Declared order beats yielding: an
     earlier candidate that needs a reclaim wins over a later one that is free. Without a ``yieldable`` predicate
-    nothing is reclaimed and the reclaim path is skipped; a plain predicate makes a candidate without a free fit
-    visit all its devices, a ``Yielders`` only the devices of the holders it names (same answers).
+    nothing is reclaimed and the reclaim path is skipped; a plain predicate is asked about every holder of the
+    devices of a candidate without a free fit, a ``Yielders`` only about the holders it names (same answers).
 
     An ``Inventory`` (transitional) is turned into a ``FleetIndex`` first, which costs a pass over its devices.
     """
