@@ -731,7 +731,6 @@ class ControlPlane:
         oldest = {name: t for name, ep in self.endpoints.items() if ep.queued and (t := self._oldest(ep)) is not None}
         return planner.plan(
             self.endpoints,
-            self.workers,
             self.index,
             now=self.clock.monotonic(),
             wall=self.clock.time(),

@@ -10,14 +10,14 @@ devices to an endpoint waiting for them; workers still stopping count against ``
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from flashpoint.explain import Code, Reason as WaitReason
 from flashpoint.gpus import describe
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Holder
-from flashpoint.scheduler.placement import Fit, NoFit, place
+from flashpoint.scheduler.placement import Fit, NoFit, Yielders, place
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import ServerlessScalerType
 
@@ -50,15 +50,14 @@ class Plan:
     waiting: Mapping[str, tuple[WaitReason, ...]]
 
 
-def desired(ep: EndpointState, wall: float, oldest: float | None) -> int:
+def desired(ep: EndpointState, live: Sequence[Worker], wall: float, oldest: float | None) -> int:
     """How many live workers the endpoint's scaler wants, clamped to ``[workers_min, workers_max]``.
 
     ``REQUEST_COUNT`` wants ``ceil((queued + running) / scaler_value)``. ``QUEUE_DELAY`` starts the first worker at
     once, and one more when the oldest queued job (queued at wall time ``oldest``) has waited ``scaler_value``
-    seconds and no worker is idle or starting.
+    seconds and no worker is idle or starting. ``live`` are the endpoint's live workers.
     """
     spec = ep.spec
-    live = ep.live_workers()
     if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
         running = sum(len(w.jobs) for w in live)
         want = math.ceil((ep.queued + running) / spec.scaler_value)
@@ -74,15 +73,15 @@ def desired(ep: EndpointState, wall: float, oldest: float | None) -> int:
     return min(max(want, spec.workers_min), spec.workers_max)
 
 
-def yieldable(worker: Worker, ep: EndpointState) -> bool:
+def yieldable(worker: Worker, ep: EndpointState, live: int) -> bool:
     """An idle worker may give its devices to another endpoint: ready, no job, its endpoint has nothing queued and
-    runs more workers than its minimum."""
+    runs more than its minimum of workers (``live`` of them)."""
     return (
         worker.state is WorkerState.IDLE
         and worker.live
         and not worker.jobs
         and ep.queued == 0
-        and len(ep.live_workers()) > ep.spec.workers_min
+        and live > ep.spec.workers_min
     )
 
 
@@ -98,7 +97,6 @@ def serving_order(endpoints: Iterable[EndpointState], oldest: Mapping[str, float
 
 def plan(
     endpoints: Mapping[str, EndpointState],
-    workers: Mapping[str, Worker],
     index: FleetIndex,
     *,
     now: float,
@@ -110,50 +108,62 @@ def plan(
     ``now`` is monotonic (start back-off), ``wall`` is epoch time and ``oldest[name]`` the wall time the endpoint's
     oldest queued job was queued (the scaler's clock and the serving order).
     """
-    starts: list[Start] = []
-    reclaims: list[Reclaim] = []
-    waiting: dict[str, tuple[WaitReason, ...]] = {}
+    # one pass over the workers: each endpoint's live ones, and those that could yield now (named once per plan,
+    # so placement looks at their devices only)
+    stopping = WorkerState.STOPPING
+    live_of = {
+        name: [w for w in ep.workers.values() if w.state is not stopping and not w.retiring]
+        for name, ep in endpoints.items()
+    }
+    #: live workers per endpoint, less those this plan reclaims
+    live = {name: len(found) for name, found in live_of.items()}
+    idle = [
+        Holder(w.id, w.endpoint)
+        for name, found in live_of.items()
+        if not endpoints[name].queued and live[name] > endpoints[name].spec.workers_min  # else none of them yields
+        for w in found
+        if yieldable(w, endpoints[name], live[name])
+    ]
     reclaimed: set[str] = set()
-    planned: list[Fit] = []
 
-    def may_yield(holder: Holder) -> bool:
-        worker = workers.get(holder.worker_id)
-        if worker is None or worker.id in reclaimed:
-            return False
-        owner = endpoints[worker.endpoint]
-        return yieldable(worker, owner) and _live_after(owner, reclaimed) > owner.spec.workers_min
+    def still_yields(holder: Holder) -> bool:
+        owner = endpoints[holder.endpoint]
+        return holder.worker_id not in reclaimed and live[holder.endpoint] > owner.spec.workers_min
 
+    p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, live_of, [])
+    waiting: dict[str, tuple[WaitReason, ...]] = {}
     try:
         for ep in serving_order(endpoints.values(), oldest):
-            reasons = _plan_endpoint(ep, index, now, wall, oldest, may_yield, starts, reclaims, reclaimed, planned)
-            waiting[ep.spec.name] = reasons
+            waiting[ep.spec.name] = _plan_endpoint(ep, p)
     finally:
-        for fit in planned:
+        for fit in p.planned:  # the index comes back as it came
             index.release(fit.devices)
-    return Plan(tuple(starts), tuple(reclaims), waiting)
+    return Plan(tuple(p.starts), tuple(p.reclaims), waiting)
 
 
-def _live_after(ep: EndpointState, reclaimed: set[str]) -> int:
-    return sum(1 for w in ep.workers.values() if w.live and w.id not in reclaimed)
+@dataclass(slots=True)
+class _Pass:
+    """What one planning pass carries from endpoint to endpoint."""
+
+    index: FleetIndex
+    now: float
+    wall: float
+    oldest: Mapping[str, float]
+    may_yield: Callable[[Holder], bool]
+    starts: list[Start]
+    reclaims: list[Reclaim]
+    reclaimed: set[str]
+    live: dict[str, int]
+    live_of: dict[str, list[Worker]]
+    planned: list[Fit]
 
 
-def _plan_endpoint(
-    ep: EndpointState,
-    index: FleetIndex,
-    now: float,
-    wall: float,
-    oldest: Mapping[str, float],
-    may_yield: Callable[[Holder], bool],
-    starts: list[Start],
-    reclaims: list[Reclaim],
-    reclaimed: set[str],
-    planned: list[Fit],
-) -> tuple[WaitReason, ...]:
+def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
     spec = ep.spec
     name, asks = spec.name, spec.describe_gpu()
     waiting: list[WaitReason] = []
-    want = desired(ep, wall, oldest.get(name))
-    live = _live_after(ep, reclaimed)
+    want = desired(ep, p.live_of[name], p.wall, p.oldest.get(name))
+    live = p.live[name]
     holding = len(ep.workers)  # stopping workers still hold devices
     new = 0
     while live + new < want:
@@ -168,29 +178,30 @@ def _plan_endpoint(
                 )
             )
             break
-        if ep.next_start_at > now:
+        if ep.next_start_at > p.now:
             waiting.append(
                 WaitReason(
                     asks,
                     Code.START_BACKOFF,
                     f"{ep.start_failures} worker start(s) failed and {ep.start_losses} starting worker(s) were "
-                    f"killed from outside; next attempt in {ep.next_start_at - now:.1f}s; "
+                    f"killed from outside; next attempt in {ep.next_start_at - p.now:.1f}s; "
                     f"last error: {ep.last_start_error or '?'}",
                 )
             )
             break
         if not spec.uses_gpu:
-            starts.append(Start(name, None))
+            p.starts.append(Start(name, None))
             new += 1
             continue
-        result = place(spec.candidates, spec.gpu_count, index, may_yield)
+        result = place(spec.candidates, spec.gpu_count, p.index, p.may_yield)
         if isinstance(result, NoFit):
             waiting.extend(result.reasons)
             break
         if result.reclaim:
             for holder in result.reclaim:
-                reclaimed.add(holder.worker_id)
-                reclaims.append(Reclaim(holder.worker_id, holder.endpoint, name))
+                p.reclaimed.add(holder.worker_id)
+                p.live[holder.endpoint] -= 1
+                p.reclaims.append(Reclaim(holder.worker_id, holder.endpoint, name))
             waiting.append(
                 WaitReason(
                     describe(result.candidate),
@@ -200,13 +211,13 @@ def _plan_endpoint(
                 )
             )
             break
-        index.hold(result.devices, Holder(_PLANNED, name))
-        planned.append(result)
-        starts.append(Start(name, result))
+        p.index.hold(result.devices, Holder(_PLANNED, name))
+        p.planned.append(result)
+        p.starts.append(Start(name, result))
         new += 1
     if waiting or not ep.queued:
         return tuple(waiting)
-    running = [w for w in ep.workers.values() if w.live and w.id not in reclaimed]
+    running = [w for w in p.live_of[name] if w.id not in p.reclaimed]
     starting = new > 0 or any(w.state is WorkerState.STARTING for w in running)
     busy = all(w.jobs or w.state is WorkerState.STARTING for w in running) and any(w.jobs for w in running)
     if live + new >= spec.workers_max and busy:
