@@ -40,7 +40,7 @@ from flashpoint.errors import (
     JobFailedError,
     NotFoundError,
 )
-from flashpoint.explain import Code, Explanation, Reason as Why
+from flashpoint.explain import Code, Explanation, WaitReason as Why
 from flashpoint.jobs import JobError, JobStatus, JobView, Placement, Reason
 
 pytestmark = pytest.mark.timeout(30)

@@ -19,7 +19,8 @@ from flashpoint.cli.output import device_row
 from flashpoint.errors import ConfigError
 from flashpoint.fleet import parse_simulated
 from flashpoint.gpus import MODELS, GpuType, candidates, gpu_model_label, identify_label, model_of
-from flashpoint.scheduler.inventory import Inventory, fleet_summary
+from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import fleet_summary
 from flashpoint.scheduler.placement import NoFit, place
 
 
@@ -119,12 +120,12 @@ def test_without_a_label_the_coarse_type_stands_in_and_says_so() -> None:
 
 def test_an_explanation_points_at_a_coarse_node_that_may_have_the_model() -> None:
     devices = devices_from_nodes([node("g" * 56, 2, **{"accelerator_type:A100": 1.0})])
-    result = place(candidates(GpuType.NVIDIA_A100_80GB_PCIe), 1, Inventory(tuple(devices)))
+    result = place(candidates(GpuType.NVIDIA_A100_80GB_PCIe), 1, FleetIndex(devices))
     assert isinstance(result, NoFit) and result.never
     (reason,) = result.reasons
     assert reason.code.value == "not_in_fleet"
     assert "10.0.0.5/gggggggg has GPUs Ray only calls by a coarse type" in reason.detail
     assert "flashpoint ray-flags" in reason.detail
     # a model the coarse name cannot be gets no such hint
-    other = place(candidates(GpuType.NVIDIA_H200), 1, Inventory(tuple(devices)))
+    other = place(candidates(GpuType.NVIDIA_H200), 1, FleetIndex(devices))
     assert isinstance(other, NoFit) and "coarse" not in other.reasons[0].detail

@@ -1,4 +1,5 @@
-"""Why is it waiting: structured reasons per candidate, and the explanation of a job or an endpoint."""
+"""Why is it waiting: structured reasons per candidate (`WaitReason`, with its `Code`), and the explanation of a job or
+an endpoint. Why a job *ended* is `jobs.Reason`, a different thing."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class Code(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Reason:
+class WaitReason:
     """One candidate's (or the endpoint's) reason, with the endpoints that hold the devices when busy."""
 
     candidate: str
@@ -54,7 +55,7 @@ class Explanation:
 
     endpoint: str
     summary: str
-    reasons: tuple[Reason, ...] = ()
+    reasons: tuple[WaitReason, ...] = ()
     #: True when no candidate could fit on this fleet even if every device were free
     never: bool = False
     job_id: str | None = None
@@ -85,7 +86,7 @@ class Explanation:
             endpoint=data["endpoint"],
             summary=data["summary"],
             reasons=tuple(
-                Reason(r["candidate"], Code(r["code"]), r["detail"], tuple(r.get("holders", ())))
+                WaitReason(r["candidate"], Code(r["code"]), r["detail"], tuple(r.get("holders", ())))
                 for r in data["reasons"]
             ),
             never=data["never"],

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
-from flashpoint.explain import Reason
+from flashpoint.explain import WaitReason
 from flashpoint.gpus import Candidate, describe
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder
@@ -102,9 +102,9 @@ class Row:
     workers: tuple[PlannedWorker, ...] = ()
     #: never: every candidate's not_in_fleet; otherwise, when it got fewer than workers_max, why the next worker
     #: found no room (busy, with the holders; not_in_fleet for candidates that could never fit)
-    reasons: tuple[Reason, ...] = ()
+    reasons: tuple[WaitReason, ...] = ()
     #: candidates that could never fit on this fleet although others can (its fallback skips them)
-    skipped: tuple[Reason, ...] = ()
+    skipped: tuple[WaitReason, ...] = ()
 
     @property
     def needed(self) -> int:
@@ -220,8 +220,8 @@ def _row(
     verdict: Verdict,
     *,
     workers: tuple[PlannedWorker, ...] = (),
-    reasons: tuple[Reason, ...] = (),
-    skipped: tuple[Reason, ...] = (),
+    reasons: tuple[WaitReason, ...] = (),
+    skipped: tuple[WaitReason, ...] = (),
 ) -> Row:
     return Row(
         spec.name,

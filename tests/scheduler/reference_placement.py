@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from flashpoint.explain import Code, Reason
+from flashpoint.explain import Code, WaitReason
 from flashpoint.gpus import AnyGPU, Candidate, describe
 from flashpoint.scheduler.inventory import Device, Holder
 from flashpoint.scheduler.placement import Fit, NoFit
@@ -45,17 +45,19 @@ def reference_place(
 ) -> Fit | NoFit:
     """Walk the candidates in declared order; the first with ``gpu_count`` usable devices of one model on one node
     wins (free devices first, else through holders that may yield)."""
-    reasons: list[Reason] = []
+    reasons: list[WaitReason] = []
     for candidate in candidates:
         groups = _groups(candidate, devices)
         name = describe(candidate)
         if not groups:
-            reasons.append(Reason(name, Code.NOT_IN_FLEET, f"no node has {name}{_coarse_hint(candidate, devices)}"))
+            reasons.append(WaitReason(name, Code.NOT_IN_FLEET, f"no node has {name}{_coarse_hint(candidate, devices)}"))
             continue
         largest = max(len(group) for group in groups.values())
         if largest < gpu_count:
             reasons.append(
-                Reason(name, Code.NOT_IN_FLEET, f"no node has {gpu_count} x {name} (the most on one node is {largest})")
+                WaitReason(
+                    name, Code.NOT_IN_FLEET, f"no node has {gpu_count} x {name} (the most on one node is {largest})"
+                )
             )
             continue
         fit = _fit_free(candidate, groups, gpu_count, holders) or _fit_reclaim(
@@ -66,14 +68,14 @@ def reference_place(
         endpoints = sorted({h.endpoint for d in devices if _matches(candidate, d) for h in [holders.get(d.key)] if h})
         free = max(sum(1 for d in group if d.key not in holders) for group in groups.values())
         reasons.append(
-            Reason(
+            WaitReason(
                 name,
                 Code.BUSY,
                 f"{free} free on one node at most, need {gpu_count}; held by {', '.join(endpoints)}",
                 tuple(endpoints),
             )
             if free
-            else Reason(name, Code.BUSY, f"all held by {', '.join(endpoints)}", tuple(endpoints))
+            else WaitReason(name, Code.BUSY, f"all held by {', '.join(endpoints)}", tuple(endpoints))
         )
     return NoFit(tuple(reasons))
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from flashpoint.explain import Code, Reason
+from flashpoint.explain import Code, WaitReason
 from flashpoint.gpus import ANY_GPU, MODELS, Candidate, GpuGroup, GPUModel, GpuType, candidates, model_of
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder
@@ -387,7 +387,7 @@ def test_busy_detail_counts_free_devices_on_one_node() -> None:
     ],
 )
 def test_never_only_when_every_reason_is_not_in_fleet(codes: tuple[Code, ...], never: bool) -> None:
-    assert NoFit(tuple(Reason(f"c{i}", code, "d") for i, code in enumerate(codes))).never is never
+    assert NoFit(tuple(WaitReason(f"c{i}", code, "d") for i, code in enumerate(codes))).never is never
 
 
 # --- reclaim: idle workers above their minimum give devices up ----------------------------------------------------

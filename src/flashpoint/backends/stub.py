@@ -107,4 +107,3 @@ class StubBackend:
         self._devices = list(devices)
         if self._on_change is not None:
             self._on_change(list(devices))
-

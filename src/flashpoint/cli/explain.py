@@ -23,10 +23,11 @@ from flashpoint.cli.output import console, print_json
 from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
 from flashpoint.errors import ConfigError, NotFoundError
-from flashpoint.explain import Explanation, Reason
+from flashpoint.explain import Explanation, WaitReason
 from flashpoint.fleet import discover
 from flashpoint.fleetspec import SimulatedFleet, is_file_reference, load_fleet, read_fleet
-from flashpoint.scheduler.inventory import Device, Inventory, fleet_summary
+from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import Device, fleet_summary
 from flashpoint.scheduler.placement import NoFit, place
 from flashpoint.spec import EndpointSpec
 from flashpoint.whatif import Row, Verdict, what_if
@@ -132,8 +133,8 @@ def explain_offline(spec: EndpointSpec, devices: Sequence[Device]) -> Explanatio
     fleet = fleet_summary(devices)
     if not spec.uses_gpu:
         return Explanation(spec.name, f"CPU endpoint ({spec.cpu}): needs no GPU; a worker would start now", fleet=fleet)
-    inventory = Inventory(tuple(devices))
-    result = place(spec.candidates, spec.gpu_count, inventory)
+    index = FleetIndex(devices)
+    result = place(spec.candidates, spec.gpu_count, index)
     if isinstance(result, NoFit):
         return Explanation(
             spec.name,
@@ -144,11 +145,11 @@ def explain_offline(spec: EndpointSpec, devices: Sequence[Device]) -> Explanatio
             fleet=fleet,
         )
     # The candidates before the one that fits were skipped; on an idle fleet that can only mean not_in_fleet.
-    skipped: list[Reason] = []
+    skipped: list[WaitReason] = []
     for candidate in spec.candidates:
         if candidate == result.candidate:
             break
-        earlier = place((candidate,), spec.gpu_count, inventory)
+        earlier = place((candidate,), spec.gpu_count, index)
         if isinstance(earlier, NoFit):
             skipped.extend(earlier.reasons)
     first = result.devices[0]
@@ -297,8 +298,8 @@ def _row_lines(row: Row) -> list[str]:
     return lines
 
 
-def _row_reasons(row: Row) -> list[tuple[str, tuple[Reason, ...]]]:
-    parts: list[tuple[str, tuple[Reason, ...]]] = []
+def _row_reasons(row: Row) -> list[tuple[str, tuple[WaitReason, ...]]]:
+    parts: list[tuple[str, tuple[WaitReason, ...]]] = []
     if row.reasons:
         title = "why" if row.verdict is Verdict.NEVER else f"why worker {len(row.workers) + 1} finds no room"
         parts.append((title, row.reasons))

@@ -1,9 +1,9 @@
-"""Devices and fleet snapshots: the pure values that placement reads."""
+"""Devices and their holders: the pure values the fleet index and placement read."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from flashpoint.gpus import GPUModel
@@ -76,15 +76,3 @@ class Holder(NamedTuple):
 
     worker_id: str
     endpoint: str
-
-
-@dataclass(frozen=True, slots=True)
-class Inventory:
-    """A snapshot of the fleet: every device, in fleet order, and who holds it.
-
-    Transitional: ``placement.place`` still accepts it (building a ``FleetIndex`` from it on each call) for callers
-    not yet switched to ``scheduler.index.FleetIndex``, which is what the engine keeps.
-    """
-
-    devices: tuple[Device, ...]
-    holders: dict[tuple[str, int], Holder] = field(default_factory=dict)

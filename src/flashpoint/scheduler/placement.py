@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from flashpoint.explain import Code, Reason
+from flashpoint.explain import Code, WaitReason
 from flashpoint.gpus import AnyGPU, Candidate, describe
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder, Inventory
+from flashpoint.scheduler.inventory import Device, Holder
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class Fit:
 class NoFit:
     """No candidate fits now; one reason per candidate, in declared order."""
 
-    reasons: tuple[Reason, ...]
+    reasons: tuple[WaitReason, ...]
 
     @property
     def never(self) -> bool:
@@ -65,7 +65,7 @@ class Yielders:
 def place(
     candidates: Sequence[Candidate],
     gpu_count: int,
-    index: FleetIndex | Inventory,
+    index: FleetIndex,
     yieldable: Callable[[Holder], bool] = _never,
 ) -> Fit | NoFit:
     """Walk the candidates in declared order; the first with ``gpu_count`` usable devices of one model on one node
@@ -76,12 +76,8 @@ def place(
     earlier candidate that needs a reclaim wins over a later one that is free. Without a ``yieldable`` predicate
     nothing is reclaimed and the reclaim path is skipped; a plain predicate is asked about every holder of the
     devices of a candidate without a free fit, a ``Yielders`` only about the holders it names (same answers).
-
-    An ``Inventory`` (transitional) is turned into a ``FleetIndex`` first, which costs a pass over its devices.
     """
-    if isinstance(index, Inventory):
-        index = _index_of(index)
-    reasons: list[Reason] = []
+    reasons: list[WaitReason] = []
     for candidate in candidates:
         missing = _not_in_fleet(candidate, gpu_count, index)
         if missing is not None:
@@ -102,29 +98,29 @@ def place(
     return NoFit(tuple(reasons))
 
 
-def _not_in_fleet(candidate: Candidate, gpu_count: int, index: FleetIndex) -> Reason | None:
+def _not_in_fleet(candidate: Candidate, gpu_count: int, index: FleetIndex) -> WaitReason | None:
     """Why no node could ever host ``gpu_count`` x ``candidate``; None when one could."""
     largest = index.largest(candidate)
     if largest and largest >= gpu_count:
         return None
     name = describe(candidate)
     if not largest:
-        return Reason(name, Code.NOT_IN_FLEET, f"no node has {name}{_coarse_hint(candidate, index)}")
-    return Reason(name, Code.NOT_IN_FLEET, f"no node has {gpu_count} x {name} (the most on one node is {largest})")
+        return WaitReason(name, Code.NOT_IN_FLEET, f"no node has {name}{_coarse_hint(candidate, index)}")
+    return WaitReason(name, Code.NOT_IN_FLEET, f"no node has {gpu_count} x {name} (the most on one node is {largest})")
 
 
-def _busy(candidate: Candidate, gpu_count: int, index: FleetIndex) -> Reason:
+def _busy(candidate: Candidate, gpu_count: int, index: FleetIndex) -> WaitReason:
     name = describe(candidate)
     holders = index.holding_endpoints(candidate)
     free = index.most_free(candidate)
     if free:
-        return Reason(
+        return WaitReason(
             name,
             Code.BUSY,
             f"{free} free on one node at most, need {gpu_count}; held by {', '.join(holders)}",
             tuple(holders),
         )
-    return Reason(name, Code.BUSY, f"all held by {', '.join(holders)}", tuple(holders))
+    return WaitReason(name, Code.BUSY, f"all held by {', '.join(holders)}", tuple(holders))
 
 
 def _coarse_hint(candidate: Candidate, index: FleetIndex) -> str:
@@ -148,20 +144,10 @@ def _coarse_hint(candidate: Candidate, index: FleetIndex) -> str:
     )
 
 
-def _index_of(inventory: Inventory) -> FleetIndex:
-    index = FleetIndex(inventory.devices)
-    by_key = {d.key: d for d in inventory.devices}
-    for key, holder in inventory.holders.items():
-        device = by_key.get(key)
-        if device is not None:
-            index.hold((device,), holder)
-    return index
-
-
 def feasible(candidates: Sequence[Candidate], gpu_count: int, devices: Sequence[Device]) -> NoFit | None:
     """None if some candidate could ever fit on this fleet (ignoring who holds what); else the reasons."""
     index = _fleet_shape(devices)
-    reasons: list[Reason] = []
+    reasons: list[WaitReason] = []
     for candidate in candidates:
         missing = _not_in_fleet(candidate, gpu_count, index)
         if missing is None:

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from flashpoint.explain import Code, Reason as WaitReason
+from flashpoint.explain import Code, WaitReason
 from flashpoint.gpus import describe
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Holder

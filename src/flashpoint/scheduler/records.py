@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from flashpoint.explain import Reason as WaitReason
+from flashpoint.explain import WaitReason
 from flashpoint.jobs import Job, Placement
 from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.placement import NoFit

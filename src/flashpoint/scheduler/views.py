@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flashpoint.explain import Explanation, Reason as WaitReason
+from flashpoint.explain import Explanation, WaitReason
 from flashpoint.gpus import describe
 from flashpoint.jobs import Job, JobStatus
 from flashpoint.scheduler.index import FleetIndex
