@@ -17,7 +17,8 @@ from flashpoint.config import Settings
 from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.hosting import http_url, listening_socket, open_backend
-from flashpoint.scheduler.loop import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, ControlPlane
+from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
+from flashpoint.scheduler.loop import ControlPlane
 
 
 def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[Any], None]:

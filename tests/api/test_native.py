@@ -304,10 +304,10 @@ async def test_wait_holds_until_the_job_ends() -> None:
 
     waiting = asyncio.ensure_future(get(native(door), f"/jobs/{job.id}/wait?timeout=30"))
     for _ in range(1000):  # bounded: until the route waits on the job
-        if door.plane.waiters.waits_for(job.id):
+        if door.plane.book.waiters.waits_for(job.id):
             break
         await asyncio.sleep(0)
-    assert door.plane.waiters.waits_for(job.id) and not waiting.done()
+    assert door.plane.book.waiters.waits_for(job.id) and not waiting.done()
     await door.finish(worker, job.id, "opened")
     response = await asyncio.wait_for(waiting, 5)  # at once, not after the 30 s timeout
 

@@ -173,7 +173,7 @@ async def test_purge_cancels_queued_jobs_and_leaves_running_ones() -> None:
     assert door.plane.purge("e") == 3
     assert [j.reason for j in queued] == [Reason.PURGED] * 3
     assert running.status is JobStatus.IN_PROGRESS
-    assert door.plane.queued_jobs == 0
+    assert door.plane.book.queued_jobs == 0
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ async def test_nobody_hears_of_a_job_end_before_it_is_durable() -> None:
         await asyncio.sleep(0)
     assert heard == []  # its end is not durable yet
     store.failing = False
-    plane.commits.soon()
+    plane.book.commits.soon()
     await plane.committed()
     assert [view.id for view in heard] == [job.id]
 

@@ -92,7 +92,7 @@ async def test_the_queue_is_capped_by_jobs_and_says_what_to_do() -> None:
         door.submit("capped")
     door.plane.cancel(first.id)  # a job leaving the queue makes room
     door.submit("capped")
-    assert door.plane.queued_jobs == 2
+    assert door.plane.book.queued_jobs == 2
 
 
 async def test_the_queue_is_capped_by_the_bytes_of_its_inputs() -> None:
@@ -106,4 +106,4 @@ async def test_the_queue_is_capped_by_the_bytes_of_its_inputs() -> None:
         door.submit("capped", size=101)
     door.plane.cancel(big.id)  # its bytes leave the queue with it
     door.submit("capped", size=1000)
-    assert (door.plane.queued_jobs, door.plane.queued_bytes) == (2, 1000)
+    assert (door.plane.book.queued_jobs, door.plane.book.queued_bytes) == (2, 1000)

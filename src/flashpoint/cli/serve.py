@@ -15,7 +15,7 @@ import typer
 from flashpoint import codec
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
-from flashpoint.scheduler.loop import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
+from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.server import Server
 
 _MIB = 1024 * 1024

@@ -15,43 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import secrets
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from flashpoint import codec, wire
+from flashpoint import codec
 from flashpoint.backends.base import Backend
 from flashpoint.clock import SYSTEM_CLOCK, Clock
-from flashpoint.errors import (
-    BackendError,
-    InvalidEndpointError,
-    InvalidTransitionError,
-    NotFoundError,
-    NotReadyError,
-    QueueFullError,
-)
+from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotFoundError
 from flashpoint.explain import Explanation
 from flashpoint.gpus import describe
-from flashpoint.jobs import DEFAULT_TTL_MS, Job, JobError, JobStatus, JobView, Reason
-from flashpoint.scheduler import planner, views
-from flashpoint.scheduler.commit import GroupCommit
+from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
+from flashpoint.scheduler import planner, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
-from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder, fleet_summary
-from flashpoint.scheduler.placement import Fit, NoFit, feasible
-from flashpoint.scheduler.records import EndpointState, Taker, Worker, WorkerState
-from flashpoint.scheduler.supervision import (
-    MAX_START_ATTEMPTS,
-    SET_ASIDE,
-    SET_ASIDE_S,
-    Supervisor,
-    failed_start_delay,
-    lost_start_delay,
-)
-from flashpoint.scheduler.waiters import Waiters, settle_after
+from flashpoint.scheduler.inventory import Device, fleet_summary
+from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
+from flashpoint.scheduler.placement import NoFit, feasible
+from flashpoint.scheduler.records import EndpointState, Worker
+from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.base import JobStore
 
@@ -62,28 +44,9 @@ worker_log = logging.getLogger("flashpoint.worker")
 MAX_RETRIES = 1
 #: log lines kept per job
 MAX_JOB_LOG_LINES = 1000
-#: default caps of the queues, all endpoints together (``serve --max-queued-jobs`` / ``--max-queued-mb``)
-MAX_QUEUED_JOBS = 100_000
-MAX_QUEUED_BYTES = 1024 * 1024 * 1024
-#: job ids are ours: 24 hex characters and "-fp"; anything else names no job (and never reaches the store)
-_JOB_ID = re.compile(r"[0-9a-f]{24}-fp")
-
-_REASON_TEXT = {
-    Reason.CANCELLED: "cancelled before it finished",
-    Reason.SHUTDOWN: "the control plane shut down before the job finished",
-    Reason.PURGED: "removed from the queue by purge-queue",
-    Reason.QUEUE_TTL_EXPIRED: "waited in the queue past its TTL",
-    Reason.TTL_EXPIRED: "still running when its TTL ran out",
-}
-
-#: a worker marked an output binary for a job whose caller did not accept binary output
-_BINARY_REFUSED = JobError(
-    "OutputNotSerializable",
-    "the worker sent a binary (pickled) output for a job whose caller accepts JSON only; return JSON values",
-)
 
 
-class ControlPlane:
+class ControlPlane(WorkerSupervision):
     """Owns queues, workers and the fleet ledger; serves the worker protocol's verbs."""
 
     def __init__(
@@ -118,11 +81,6 @@ class ControlPlane:
         self.lost_job_grace_s = 3 * self.ping_interval_s if lost_job_grace_s is None else lost_job_grace_s
         #: the largest result body a worker may post (the worker routes refuse more; workers keep under it)
         self.max_result_bytes = max_result_bytes
-        self.max_queued_jobs = max_queued_jobs
-        self.max_queued_bytes = max_queued_bytes
-        #: jobs waiting in every queue, and the bytes of their input's JSON (as received over HTTP)
-        self.queued_jobs = 0
-        self.queued_bytes = 0
         self.tick_s = tick_s
         self.take_hold_s = take_hold_s
         self.stop_grace_s = stop_grace_s
@@ -132,8 +90,8 @@ class ControlPlane:
         self.index = FleetIndex(backend.devices())
         self.endpoints: dict[str, EndpointState] = {}
         self.workers: dict[str, Worker] = {}
-        self.commits = GroupCommit(store)
-        self.waiters = Waiters()
+        #: every job's record, the queues and their caps, and who waits for a job
+        self.book = JobBook(store, clock, max_queued_jobs=max_queued_jobs, max_queued_bytes=max_queued_bytes)
         self.supervisor = Supervisor(
             backend,
             python=python,
@@ -213,9 +171,7 @@ class ControlPlane:
                 job = self.store.get(job_id)
                 if job is not None and job.status is JobStatus.IN_PROGRESS:
                     if self.requeue_on_close:  # interrupted, not failed: it runs again after a restart
-                        job.move(JobStatus.IN_QUEUE)
-                        job.worker_id, job.placement, job.started_at = None, None, None
-                        self.commits.save(job)
+                        self.book.back_to_queue(job, retried=False)
                     else:
                         self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
                 self._signal_stop(worker, job_id)
@@ -259,7 +215,7 @@ class ControlPlane:
     def listen(self, callback: Callable[[JobView], None]) -> Callable[[], None]:
         """Call ``callback(view)`` for every job that reaches a terminal state, once that is durable; returns an
         unsubscribe."""
-        return self.waiters.listen(callback)
+        return self.book.waiters.listen(callback)
 
     def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
         """Add an endpoint; ``code_file`` holds its pickled code when ``target`` names no import path or command."""
@@ -311,10 +267,7 @@ class ControlPlane:
             ) from None
 
     def job(self, job_id: str) -> Job:
-        job = self.store.get(job_id) if _JOB_ID.fullmatch(job_id) else None
-        if job is None:
-            raise NotFoundError(f"no job with id {job_id!r}")
-        return job
+        return self.book.get(job_id)
 
     def submit(
         self,
@@ -328,70 +281,22 @@ class ControlPlane:
     ) -> Job:
         """Queue a job; ``size`` is its input's size in bytes when known (HTTP), for the queue's byte cap."""
         ep = self.endpoint(endpoint)
-        if self.queued_jobs >= self.max_queued_jobs or self.queued_bytes + size > self.max_queued_bytes:
-            raise QueueFullError(
-                f"the control plane holds {self.queued_jobs} queued job(s) with {self.queued_bytes} bytes of input, "
-                f"at its limit of {self.max_queued_jobs} jobs and {self.max_queued_bytes} bytes; retry later, "
-                "or raise the limit (flashpoint serve --max-queued-jobs / --max-queued-mb)"
-            )
-        job = Job(
-            id=f"{secrets.token_hex(12)}-fp",
-            endpoint=endpoint,
-            input=payload,
-            extra=dict(extra or {}),
-            created_at=self.clock.time(),
-            execution_timeout_ms=ep.spec.execution_timeout_ms if execution_timeout_ms is None else execution_timeout_ms,
-            ttl_ms=DEFAULT_TTL_MS if ttl_ms is None else ttl_ms,
-            size=size,
-        )
-        self.store.add(job)
-        self.commits.soon()
+        job = self.book.create(ep, payload, extra, execution_timeout_ms=execution_timeout_ms, ttl_ms=ttl_ms, size=size)
         self._enqueue(ep, job, front=False)
         return job
 
     def _enqueue(self, ep: EndpointState, job: Job, *, front: bool) -> None:
-        if front:
-            ep.queue.appendleft(job.id)
-        else:
-            ep.queue.append(job.id)
-        self._queued(ep, job, +1)
+        self.book.push(ep, job, front=front)
         self._dispatch(ep)
         if ep.queued:
             self.kick()
 
-    def _queued(self, ep: EndpointState, job: Job, change: int) -> None:
-        """Count a job into (+1) or out of (-1) its endpoint's queue and the plane's totals."""
-        ep.queued += change
-        self.queued_jobs += change
-        self.queued_bytes += change * job.size
-
     def on_finish(self, job_id: str, callback: Callable[[JobView], None]) -> Callable[[], None]:
         """Call ``callback(view)`` once the job is terminal (now, if it already is); returns an unsubscribe."""
-        job = self.job(job_id)
-        if job.status.terminal:
-            callback(job.view())
-            return lambda: None
-        return self.waiters.on_end(job_id, callback)
+        return self.book.on_finish(job_id, callback)
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
-        future: asyncio.Future[JobView] = asyncio.get_running_loop().create_future()
-
-        def resolve(view: JobView) -> None:
-            if not future.done():
-                future.set_result(view)
-
-        def too_late() -> TimeoutError:
-            job = self.store.get(job_id)
-            return TimeoutError(f"job {job_id} is still {job.status.value if job else 'unknown'} after {timeout}s")
-
-        unsubscribe = self.on_finish(job_id, resolve)
-        timer = settle_after(future, timeout, too_late) if timeout is not None else None
-        try:
-            return await future
-        finally:
-            unsubscribe()
-            if timer is not None:
-                timer.cancel()
+        return await self.book.wait(job_id, timeout)
 
     def cancel(self, job_id: str) -> JobView:
         job = self.job(job_id)
@@ -403,7 +308,7 @@ class ControlPlane:
         if job.status is JobStatus.IN_QUEUE:
             owner = self.endpoints.get(job.endpoint)
             if owner is not None:
-                self._queued(owner, job, -1)  # the id stays in the deque and is skipped when reached
+                self.book.count(owner, job, -1)  # the id stays in the deque and is skipped when reached
             self._finish(job, status, reason)
         elif job.status is JobStatus.IN_PROGRESS:
             worker = self.workers.get(job.worker_id or "")
@@ -419,29 +324,20 @@ class ControlPlane:
             raise InvalidTransitionError(
                 f"job {job_id} is {job.status.value}; only FAILED or TIMED_OUT jobs can be retried"
             )
-        job.move(JobStatus.IN_QUEUE)
-        job.reason = None
-        job.output, job.output_binary, job.error = None, False, None
-        job.worker_id, job.placement = None, None
-        job.started_at, job.finished_at = None, None
-        job.chunks = []
         ep = self.endpoint(job.endpoint)
+        self.book.reset(job)
         ep.counters["retried"] += 1
-        self.commits.save(job)
         self._enqueue(ep, job, front=False)
         return job
 
     def purge(self, endpoint: str) -> int:
         """Cancel every queued job of the endpoint (running ones go on); returns how many were removed."""
         ep = self.endpoint(endpoint)
-        removed = 0
-        for job_id in list(ep.queue):
-            job = self.store.get(job_id)
-            if job is not None and job.status is JobStatus.IN_QUEUE:
-                self._end(job, JobStatus.CANCELLED, Reason.PURGED)
-                removed += 1
+        queued = self.book.queued(ep)
+        for job in queued:
+            self._end(job, JobStatus.CANCELLED, Reason.PURGED)
         ep.queue.clear()
-        return removed
+        return len(queued)
 
     def recover(self) -> int:
         """Queue again what an earlier run of this plane left unfinished (a durable store); returns the count.
@@ -465,259 +361,28 @@ class ControlPlane:
 
     async def committed(self) -> None:
         """Wait until every change made so far is durable."""
-        await self.commits.committed()
+        await self.book.commits.committed()
 
     # ----------------------------------------------------------------------------------------------------------------
     # the worker protocol's verbs
 
-    def _worker(self, endpoint: str, worker_id: str, *, exchange: bool = True) -> Worker | None:
-        """The worker a request names (None if unknown); its first request makes a starting worker ready.
-        ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not)."""
-        worker = self.workers.get(worker_id)
-        if worker is None or worker.endpoint != endpoint:
-            return None
-        now = self.clock.monotonic()
-        if exchange:
-            worker.last_exchange = now
-        if worker.state is WorkerState.STARTING:
-            worker.state = WorkerState.IDLE
-            worker.ever_ready = True
-            worker.idle_since = now
-            ep = self.endpoints[endpoint]
-            ep.start_failures = ep.start_losses = 0
-        return worker
-
-    async def take(
-        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
-    ) -> list[dict[str, Any]]:
-        """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop)."""
-        ep = self.endpoints.get(endpoint)
-        worker = self._worker(endpoint, worker_id)
-        hold = self.take_hold_s if hold_s is None else hold_s
-        if ep is None or worker is None:  # unknown: hold anyway, so a misconfigured worker does not spin
-            await asyncio.sleep(min(hold, 5.0))
-            return []
-        if worker.state is WorkerState.STOPPING:  # answered at once: it is about to exit
-            return []
-        # a retiring worker gets nothing new, but waits like any other (its stop answers it), rather than spin
-        jobs = self._pop(ep, worker, count) if worker.live else []
-        if not jobs:
-            future: asyncio.Future[list[Job]] = asyncio.get_running_loop().create_future()
-            entry: Taker = (worker_id, count, future)
-            ep.takers.append(entry)
-            self._kick_if_someone_waits()  # an idle, pulling worker may have devices another endpoint waits for
-            timer = settle_after(future, hold, list)
-            try:
-                jobs = await future
-            finally:
-                timer.cancel()
-                if entry in ep.takers:
-                    ep.takers.remove(entry)
-        return [wire.job_payload(job.id, job.input, job.extra) for job in jobs]
-
-    def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
-        jobs: list[Job] = []
-        while ep.queue and len(jobs) < count:
-            job = self.store.get(ep.queue.popleft())
-            if job is None or job.status is not JobStatus.IN_QUEUE:
-                continue
-            self._queued(ep, job, -1)
-            self._assign(job, worker)
-            jobs.append(job)
-        return jobs
-
-    def _dispatch(self, ep: EndpointState) -> None:
-        """Hand queued jobs to workers already waiting in a long-poll."""
-        retiring: list[Taker] = []
-        while ep.queued and ep.takers:
-            entry = ep.takers.popleft()
-            worker_id, count, future = entry
-            worker = self.workers.get(worker_id)
-            if future.done() or worker is None:
-                continue
-            if not worker.live:  # keeps waiting (its stop answers it), and gets nothing
-                retiring.append(entry)
-                continue
-            jobs = self._pop(ep, worker, count)
-            if jobs:
-                future.set_result(jobs)
-            else:
-                ep.takers.appendleft(entry)
-                break
-        ep.takers.extendleft(reversed(retiring))
-
-    def _assign(self, job: Job, worker: Worker) -> None:
-        job.move(JobStatus.IN_PROGRESS)
-        job.started_at = self.clock.time()
-        job.worker_id = worker.id
-        job.placement = worker.placement()
-        worker.jobs.add(job.id)
-        worker.unnamed.pop(job.id, None)
-        if job.id in worker.to_stop:  # a stop meant for an earlier run of this job must not end this one
-            worker.to_stop.remove(job.id)
-        worker.state = WorkerState.RUNNING
-        self.commits.save(job)
-
-    def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
-        """A result (or a progress update) from a worker; idempotent: a late or repeated one changes nothing."""
-        worker = self._worker(endpoint, worker_id)
-        job = self.store.get(job_id)
-        if job is not None and isinstance(body, dict) and job.worker_id == worker_id:
-            if body.get("status") == "IN_PROGRESS":
-                if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
-                    job.output = body.get("output")  # progress is JSON: a binary mark is not kept for it
-                    self.commits.save(job)
-                return
-            if job.status is JobStatus.IN_PROGRESS:
-                self._complete(job, body)
-        if worker is not None:
-            worker.jobs.discard(job_id)
-            self._after_job(worker, stop_pod=isinstance(body, dict) and bool(body.get("stopPod")))
-
-    def output_too_large(self, endpoint: str, worker_id: str, job_id: str, limit: int) -> None:
-        """A worker's result for its job was over ``limit`` bytes: the job fails now (reason ``output_too_large``),
-        rather than be retried with an output that can never be taken."""
-        message = (
-            f"the job's result was larger than the {limit} bytes a worker may post; return less (put large "
-            "results in storage and return a reference), or raise flashpoint serve --max-result-mb"
-        )
-        body = wire.error_record("OutputTooLarge", message, reason=Reason.OUTPUT_TOO_LARGE)
-        self.done(endpoint, worker_id, job_id, body)
-
-    async def done_batch(
-        self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
-    ) -> list[dict[str, Any]]:
-        """Several results of one worker (``(job id, body)``), then, with ``take``, a long-poll for up to that many
-        jobs: flashpoint's own worker posts what finished together in one exchange, which carries its next jobs."""
-        for job_id, body in results:
-            self.done(endpoint, worker_id, job_id, body)
-        worker = self.workers.get(worker_id)
-        if take > 0 and worker is not None and worker.live:
-            return await self.take(endpoint, worker_id, take)
-        return []
-
-    def _complete(self, job: Job, body: dict[str, Any]) -> None:
-        error = body.get("error")
-        if error:
-            parsed, reason = wire.parse_error(error)
-            job.output = body.get("output")
-            job.error = parsed
-            self._finish(job, JobStatus.FAILED, reason)
-        elif codec.is_binary(body) and not _binary_allowed(job, body.get("output")):
-            self._finish(job, JobStatus.FAILED, Reason.OUTPUT_NOT_SERIALIZABLE, _BINARY_REFUSED)
-        else:
-            job.output = body.get("output")
-            job.output_binary = codec.is_binary(body)
-            self._finish(job, JobStatus.COMPLETED, Reason.COMPLETED)
-
-    def _after_job(self, worker: Worker, *, stop_pod: bool = False) -> None:
-        if stop_pod:
-            worker.retiring = True
-        if not worker.jobs and worker.state is WorkerState.RUNNING:
-            worker.state = WorkerState.IDLE
-            worker.idle_since = self.clock.monotonic()
-        if worker.retiring and not worker.jobs:
-            self._stop_worker(worker)
-        self._kick_if_someone_waits()
-
-    def chunk(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
-        """A chunk a generator handler yielded (job-stream): pending until read through ``read_chunks``."""
-        self._worker(endpoint, worker_id)
-        job = self.store.get(job_id)
-        if job is not None and job.status is JobStatus.IN_PROGRESS and job.worker_id == worker_id:
-            if not isinstance(body, dict):
-                return
-            chunk = {"output": body.get("output")}
-            if codec.is_binary(body):
-                if not _binary_allowed(job, chunk["output"]):
-                    log.warning("job %s: %s; chunk dropped", job.id, _BINARY_REFUSED.message)
-                    return
-                chunk[codec.ENCODING_KEY] = codec.BINARY_ENCODING
-            job.chunks.append(chunk)
-            self.waiters.chunk_arrived(job.id)
-
     async def read_chunks(self, job_id: str, wait_s: float = 0.0) -> tuple[JobView, list[Any]]:
         """Chunks not yet read (a destructive read), waiting up to ``wait_s`` for one or for the job to end."""
-        job = self.job(job_id)
-        if not job.chunks and not job.status.terminal and wait_s > 0:
-            await self.waiters.next_chunk(job_id, wait_s)
-            job = self.job(job_id)
-        chunks, job.chunks = job.chunks, []
-        if chunks:
-            self.commits.save(job)
-        return job.view(), chunks
-
-    async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
-        """Long-poll: job ids this worker must stop (cancelled or timed out)."""
-        worker = self._worker(endpoint, worker_id, exchange=False)
-        hold = self.take_hold_s if hold_s is None else hold_s
-        if worker is None:
-            await asyncio.sleep(min(hold, 5.0))
-            return []
-        if not worker.to_stop:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            worker.stop_waiter = future
-            timer = settle_after(future, hold, lambda: None)
-            try:
-                await future
-            finally:
-                timer.cancel()
-                if worker.stop_waiter is future:
-                    worker.stop_waiter = None
-        ids, worker.to_stop = worker.to_stop, []
-        return ids
-
-    def ping(self, endpoint: str, worker_id: str, job_ids: list[str] | None = None) -> None:
-        """A heartbeat; ``job_ids`` are the jobs the worker says it runs (Runpod's ping ``job_id``), when it says.
-
-        A job the worker holds but its pings stop naming was lost inside the worker: past ``lost_job_grace_s`` the
-        tick's watchdog (``_watch_workers``) gives it back to the queue, and loses the worker if it is wedged.
-        """
-        worker = self._worker(endpoint, worker_id, exchange=False)
-        if worker is None or job_ids is None:
-            return
-        named, now = set(job_ids), self.clock.monotonic()
-        worker.unnamed = {j: worker.unnamed.get(j, now) for j in worker.jobs if j not in named}
-
-    def _signal_stop(self, worker: Worker, job_id: str) -> None:
-        worker.to_stop.append(job_id)
-        worker.jobs.discard(job_id)
-        _wake(worker)
+        return await self.book.read_chunks(job_id, wait_s)
 
     # ----------------------------------------------------------------------------------------------------------------
     # finishing jobs
 
     def _finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
-        job.move(status)
-        job.reason = reason
-        job.finished_at = self.clock.time()
-        if error is not None:
-            job.error = error
-        if job.error is None and reason in _REASON_TEXT:
-            job.error = JobError(status.value.title().replace("_", ""), _REASON_TEXT[reason])
         ep = self.endpoints.get(job.endpoint)
-        if ep is not None:
-            if status is JobStatus.COMPLETED:
-                ep.counters["completed"] += 1
-            elif status is JobStatus.FAILED:
-                ep.counters["failed"] += 1
-        self.commits.save(job)
-        self.waiters.chunk_arrived(job.id)
-        notify = self.waiters.take_ended(job.id)
-        if notify is not None:
-            view = job.view()
-            # nobody hears of the end before it is durable: a restart could otherwise run it (and end it) again
-            self.commits.after_commit(lambda: notify(view))
+        self.book.finish(job, status, reason, error, ep.counters if ep is not None else None)
 
     def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
         """The retry rule: a job whose worker is lost goes back to the front of the queue once, then fails."""
         if job.retries < MAX_RETRIES:
             log.warning("%s while running job %s; retrying it", what, job.id)
-            job.move(JobStatus.IN_QUEUE)
-            job.retries += 1
-            job.worker_id, job.placement, job.started_at = None, None, None
+            self.book.back_to_queue(job, retried=True)
             ep.counters["retried"] += 1
-            self.commits.save(job)
             self._enqueue(ep, job, front=True)
         else:
             message = f"{what} while running the job, which had already been retried {job.retries} time(s)"
@@ -728,7 +393,7 @@ class ControlPlane:
 
     def plan(self) -> planner.Plan:
         """What reconcile would do now, without doing it: the reads' view of the scaler."""
-        oldest = {name: t for name, ep in self.endpoints.items() if ep.queued and (t := self._oldest(ep)) is not None}
+        oldest = {n: t for n, ep in self.endpoints.items() if ep.queued and (t := self.book.oldest(ep)) is not None}
         return planner.plan(
             self.endpoints,
             self.index,
@@ -736,14 +401,6 @@ class ControlPlane:
             wall=self.clock.time(),
             oldest=oldest,
         )
-
-    def _oldest(self, ep: EndpointState) -> float | None:
-        """Wall time at which the oldest job still queued for ``ep`` was queued."""
-        for job_id in ep.queue:
-            job = self.store.get(job_id)
-            if job is not None and job.status is JobStatus.IN_QUEUE:
-                return job.created_at
-        return None
 
     def reconcile(self) -> None:
         """Start the workers endpoints want, oldest waiter first; reclaim idle devices for waiters; record why not."""
@@ -766,166 +423,6 @@ class ControlPlane:
             self.endpoints[name].waiting = reasons
         self._waiting = {name for name, reasons in plan.waiting.items() if reasons}
 
-    def _start_worker(self, ep: EndpointState, fit: Fit | None) -> None:
-        devices = fit.devices if fit is not None else ()
-        now = self.clock.monotonic()
-        worker = Worker(
-            id=f"{ep.spec.name}-w{ep.worker_seq + 1}-{secrets.token_hex(3)}",
-            endpoint=ep.spec.name,
-            devices=devices,
-            node=devices[0].node if devices else self.node,
-            started_at=now,
-            idle_since=now,
-            last_exchange=now,
-        )
-        try:  # built before the worker is recorded: if it cannot be, nothing holds the devices
-            launch = self.supervisor.launch(ep, worker)
-        except BackendError as exc:
-            worker.stderr_tail.append(str(exc))
-            self._start_failed(ep, worker, -1)
-            return
-        ep.worker_seq += 1
-        self.workers[worker.id] = worker
-        ep.workers[worker.id] = worker
-        if devices:
-            self.index.hold(devices, Holder(worker.id, ep.spec.name))
-        log.info(
-            "starting worker %s for %s on %s",
-            worker.id,
-            ep.spec.name,
-            f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}" if devices else "cpu",
-        )
-        self.supervisor.start(worker, launch)
-
-    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None:
-        if worker.state is WorkerState.STOPPING:
-            return
-        self._mark_stopping(worker)
-        self.supervisor.stop(worker.id, self.stop_grace_s if grace_s is None else grace_s)
-
-    def _mark_stopping(self, worker: Worker) -> None:
-        worker.state = WorkerState.STOPPING
-        _wake(worker)  # answer its job-stop long-poll: the worker can exit at once
-        ep = self.endpoints.get(worker.endpoint)
-        if ep is not None:
-            self._release_takers(ep, worker.id)
-
-    def _release_takers(self, ep: EndpointState, worker_id: str | None) -> None:
-        for entry in list(ep.takers):
-            if worker_id is None or entry[0] == worker_id:
-                ep.takers.remove(entry)
-                if not entry[2].done():
-                    entry[2].set_result([])
-
-    # ----------------------------------------------------------------------------------------------------------------
-    # what the backend reports: output lines, exits, places that never came up
-
-    def _on_line(self, worker_id: str, channel: str, line: str) -> None:
-        worker = self.workers.get(worker_id)
-        job_id, line = wire.untag_line(line)
-        if worker is not None and channel == "stderr":
-            worker.stderr_tail.append(line)
-        if job_id:
-            job = self.store.get(job_id) if _JOB_ID.fullmatch(job_id) else None
-            # only the worker that ran the job writes to its log
-            if job is not None and job.worker_id == worker_id and len(job.logs) < MAX_JOB_LOG_LINES:
-                job.logs.append(line)
-                if job.status.terminal:  # a running job's lines are written with its next change
-                    self.commits.save(job)
-        endpoint = worker.endpoint if worker else "?"
-        worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
-
-    def _on_exit(self, worker_id: str, code: int, failed: bool | None = None) -> None:
-        """A worker process ended. Before its first pull that is a failed start only if it ``failed`` by itself
-        (by default: judged from ``code``, see ``scheduler.exits``); a worker killed from outside is only lost."""
-        worker = self.workers.get(worker_id)
-        if worker is None:
-            return
-        expected = worker.state is WorkerState.STOPPING
-        self._forget(worker, f"worker {worker_id} ended ({describe_exit(code)})")
-        if expected or self._closing:
-            return
-        ep = self.endpoints[worker.endpoint]
-        if worker.ever_ready:
-            log.warning("worker %s of %s ended unexpectedly (%s)", worker_id, worker.endpoint, describe_exit(code))
-        elif failed_by_itself(code) if failed is None else failed:
-            self._start_failed(ep, worker, code)
-        else:
-            self._start_lost(ep, worker, code)
-
-    def _on_not_ready(self, worker: Worker, exc: NotReadyError) -> None:
-        """The worker's place never came up (a Ray actor not ready in time): not the endpoint's fault. Its devices
-        are passed over for a while, and the next worker goes to the next candidate."""
-        log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
-        worker.state = WorkerState.STOPPING
-        self._on_exit(worker.id, -1)
-        until = self.clock.monotonic() + SET_ASIDE_S
-        for device in worker.devices:
-            if device in self.index and self.index.is_free(device):
-                self.index.hold((device,), Holder("", SET_ASIDE))
-                self._set_aside[device.key] = (until, device)
-
-    def _lose(self, worker: Worker, why: str) -> None:
-        """A worker given up on (its devices left the fleet; it is wedged): its jobs follow the retry rule now, and
-        its process is ended."""
-        log.warning("worker %s of %s is lost: %s", worker.id, worker.endpoint, why)
-        self._mark_stopping(worker)
-        self._forget(worker, f"worker {worker.id} was lost ({why})")
-        self.supervisor.stop(worker.id, 0.0)
-
-    def _forget(self, worker: Worker, what: str) -> None:
-        """Drop a worker that is gone; its devices return, its running jobs go back under the retry rule."""
-        self.workers.pop(worker.id, None)
-        ep = self.endpoints[worker.endpoint]
-        ep.workers.pop(worker.id, None)
-        self.index.release(worker.devices)
-        _wake(worker)
-        for job_id in sorted(worker.jobs):
-            job = self.store.get(job_id)
-            if job is not None and job.status is JobStatus.IN_PROGRESS:
-                self._worker_lost(ep, job, what)
-        self.kick()
-
-    def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None:
-        ep.start_failures += 1
-        ep.last_start_error = "\n".join(worker.stderr_tail)[-2000:] or f"exit code {code}"
-        ep.next_start_at = self.clock.monotonic() + failed_start_delay(ep.start_failures)
-        log.error(
-            "worker %s of %s exited with code %s before taking a job (attempt %d of %d):\n%s",
-            worker.id,
-            ep.spec.name,
-            code,
-            ep.start_failures,
-            MAX_START_ATTEMPTS,
-            ep.last_start_error,
-        )
-        if ep.start_failures >= MAX_START_ATTEMPTS:
-            error = JobError(
-                "WorkerStartFailed",
-                f"no worker of {ep.spec.name!r} could start "
-                f"({ep.start_failures} attempts); last error:\n{ep.last_start_error}",
-            )
-            for job_id in list(ep.queue):
-                job = self.store.get(job_id)
-                if job is not None and job.status is JobStatus.IN_QUEUE:
-                    self._queued(ep, job, -1)
-                    self._finish(job, JobStatus.FAILED, Reason.WORKER_START_FAILED, error)
-            ep.queue.clear()
-
-    def _start_lost(self, ep: EndpointState, worker: Worker, code: int) -> None:
-        """A starting worker killed from outside: not its handler's fault, so no failed start is counted and the
-        queued jobs wait for the next worker; a short back-off keeps a kill loop (say, OOM) from spinning."""
-        ep.start_losses += 1
-        delay = lost_start_delay(ep.start_losses)
-        ep.next_start_at = max(ep.next_start_at, self.clock.monotonic() + delay)
-        log.warning(
-            "worker %s of %s was %s before taking a job; starting another in %.1fs (not counted as a failed start)",
-            worker.id,
-            ep.spec.name,
-            describe_exit(code),
-            delay,
-        )
-
     # ----------------------------------------------------------------------------------------------------------------
     # the clock
 
@@ -936,19 +433,12 @@ class ControlPlane:
         if now >= self._next_expiry_check:  # once a second: a store scan, not a per-tick cost
             self._next_expiry_check = now + 1.0
             self._expire(wall)
-        for key, (until, device) in list(self._set_aside.items()):
-            if until <= now:
-                del self._set_aside[key]
-                self.index.release((device,))
+        self._release_set_aside(now)
         for ep in self.endpoints.values():
             self._watch_workers(ep, now)
             for worker in list(ep.workers.values()):
-                for job_id in list(worker.jobs):
-                    job = self.store.get(job_id)
-                    if job is None or job.status is not JobStatus.IN_PROGRESS or not job.execution_timeout_ms:
-                        continue
-                    if job.started_at is not None and (wall - job.started_at) * 1000 >= job.execution_timeout_ms:
-                        self._timeout(job, worker)
+                for job in watchdog.overdue(worker, self.book.find, wall):
+                    self._timeout(job, worker)
             for worker in planner.idle_stops(ep, now):
                 log.info(
                     "worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.name, now - worker.idle_since
@@ -958,13 +448,9 @@ class ControlPlane:
 
     def _expire(self, wall: float) -> None:
         """TTL: a job still queued or running at ``expires_at`` ends TIMED_OUT; a finished one is deleted (404)."""
-        for job in self.store.expired(wall):
-            if not job.status.terminal:
-                queued = job.status is JobStatus.IN_QUEUE
-                self._end(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED if queued else Reason.TTL_EXPIRED)
-            elif not self.waiters.waits_for(job.id):
-                self.store.delete(job.id)
-                self.commits.soon()
+        for job in self.book.expired(wall):
+            queued = job.status is JobStatus.IN_QUEUE
+            self._end(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED if queued else Reason.TTL_EXPIRED)
 
     def _watch_workers(self, ep: EndpointState, now: float) -> None:
         """The watchdog, for jobs a worker holds but its pings have left out for ``lost_job_grace_s`` (it neither
@@ -972,23 +458,20 @@ class ControlPlane:
         lost, and its jobs follow the retry rule. One that goes on working only dropped those jobs: they follow the
         retry rule (and the worker is told to stop them, should it still have them), and it keeps serving."""
         for worker in list(ep.workers.values()):
-            dropped = [
-                j for j, since in worker.unnamed.items() if j in worker.jobs and now - since >= self.lost_job_grace_s
-            ]
-            if not dropped:
+            found = watchdog.dropped(worker, now, self.lost_job_grace_s)
+            if found is None:
                 continue
-            since = min(worker.unnamed[j] for j in dropped)
-            if worker.last_exchange < since:
+            if found.wedged:
                 self._lose(
                     worker,
-                    f"it holds job(s) {', '.join(dropped)} that its pings have not named for {now - since:.0f}s, "
-                    "and has taken and posted nothing since",
+                    f"it holds job(s) {', '.join(found.jobs)} that its pings have not named for "
+                    f"{now - found.since:.0f}s, and has taken and posted nothing since",
                 )
                 continue
-            for job_id in dropped:
+            for job_id in found.jobs:
                 worker.unnamed.pop(job_id, None)
                 self._signal_stop(worker, job_id)
-                job = self.store.get(job_id)
+                job = self.book.find(job_id)
                 if job is not None and job.status is JobStatus.IN_PROGRESS:
                     self._worker_lost(ep, job, f"worker {worker.id} dropped the job (its pings stopped naming it)")
             self._after_job(worker)
@@ -1023,20 +506,9 @@ class ControlPlane:
     def explain_job(self, job_id: str) -> Explanation:
         job = self.job(job_id)
         ep = self.endpoint(job.endpoint)
-        position = self._position(ep, job) if job.status is JobStatus.IN_QUEUE else None
+        position = self.book.position(ep, job) if job.status is JobStatus.IN_QUEUE else None
         waiting = self.plan().waiting.get(ep.spec.name, ())
         return views.explain(ep, job, waiting, position=position, fleet=self.fleet_summary())
-
-    def _position(self, ep: EndpointState, job: Job) -> int:
-        """1-based place of a queued job among its endpoint's queued jobs (the deque is in queue order)."""
-        position = 0
-        for job_id in ep.queue:
-            other = self.store.get(job_id)
-            if other is not None and other.status is JobStatus.IN_QUEUE:
-                position += 1
-            if job_id == job.id:
-                break
-        return position
 
     def health(self, endpoint: str) -> dict[str, Any]:
         """Runpod's ``/health`` body."""
@@ -1072,15 +544,3 @@ class ControlPlane:
         while self._kicked or self.supervisor.pending:
             await asyncio.sleep(0)
             await self.supervisor.settle()
-
-
-def _wake(worker: Worker) -> None:
-    """Answer the worker's job-stop long-poll now."""
-    if worker.stop_waiter is not None and not worker.stop_waiter.done():
-        worker.stop_waiter.set_result(None)
-
-
-def _binary_allowed(job: Job, output: Any) -> bool:
-    """A binary output is kept only for a job that accepted it (the SDK's ``binary_ok``), and only as base64 text."""
-    meta = job.extra.get("flashpoint")
-    return isinstance(output, str) and isinstance(meta, dict) and meta.get("binary_ok") is True

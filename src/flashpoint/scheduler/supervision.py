@@ -1,10 +1,14 @@
-"""Worker supervision: what a worker is started with, starting and stopping it through the backend, and the
-back-off after a start that failed or was killed.
+"""Worker supervision: what a worker is started with, starting and stopping it through the backend (``Supervisor``),
+and the plane's side of a worker's life (``WorkerSupervision``, a base of ``ControlPlane``): recording a started
+worker and its devices, its output lines, its exit, the back-off after a start that failed or was killed, devices
+set aside, stopping it and forgetting it once gone.
 
-The plane decides (which worker, where, when); this room carries it out. Invariants:
+The planner decides which worker to start where; this room carries it out. Invariants:
 - a worker's launch (command and environment) is built before the plane records the worker, so a launch that
   cannot be built leaves nothing behind (no phantom starting worker holding devices);
-- every task it starts is kept until it ends, so none is collected mid-flight, and ``close`` waits for them.
+- every task it starts is kept until it ends, so none is collected mid-flight, and ``close`` waits for them;
+- a worker that is gone gives its devices back and its running jobs follow the retry rule, once;
+- only the worker that ran a job writes to that job's log.
 """
 
 from __future__ import annotations
@@ -12,15 +16,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
+from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from flashpoint import wire
 from flashpoint.backends.base import Backend, ExitCallback, Launch, LineCallback
+from flashpoint.clock import Clock
 from flashpoint.errors import BackendError, NotReadyError
-from flashpoint.scheduler.records import EndpointState, Worker
+from flashpoint.jobs import Job, JobError, JobStatus, Reason
+from flashpoint.scheduler.exits import describe_exit, failed_by_itself
+from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import Device, Holder
+from flashpoint.scheduler.placement import Fit
+from flashpoint.scheduler.protocol import WorkerProtocol
+from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
+from flashpoint.scheduler.waiters import wake
 
 log = logging.getLogger("flashpoint.plane")
+worker_log = logging.getLogger("flashpoint.worker")
 
 #: a worker that exits before it ever pulled counts as a failed start; after this many in a row, queued jobs fail
 MAX_START_ATTEMPTS = 5
@@ -32,6 +47,8 @@ SET_ASIDE = "(set aside: a worker placed there was not ready in time)"
 LOST_START_BACKOFF_MAX_S = 5.0
 #: the longest pause after failed starts
 FAILED_START_BACKOFF_MAX_S = 30.0
+#: log lines kept per job
+MAX_JOB_LOG_LINES = 1000
 
 
 def failed_start_delay(failures: int) -> float:
@@ -172,3 +189,180 @@ class Supervisor:
         await self.backend.close()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=10.0)
+
+
+class WorkerSupervision(WorkerProtocol):
+    """The plane's side of a worker's life; ``ControlPlane`` owns the state it reads and writes. It builds on the
+    protocol's verbs (a stopping worker's long-polls are answered through them)."""
+
+    index: FleetIndex
+    supervisor: Supervisor
+    clock: Clock
+    #: the node a CPU worker runs on
+    node: str
+    #: seconds between SIGTERM and SIGKILL when a worker is stopped
+    stop_grace_s: float
+    _closing: bool
+    #: devices passed over until a monotonic time, because a worker placed on them never came up
+    _set_aside: dict[tuple[str, int], tuple[float, Device]]
+
+    @abstractmethod
+    def kick(self) -> None: ...
+
+    @abstractmethod
+    def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None: ...
+
+    def _start_worker(self, ep: EndpointState, fit: Fit | None) -> None:
+        devices = fit.devices if fit is not None else ()
+        now = self.clock.monotonic()
+        worker = Worker(
+            id=f"{ep.spec.name}-w{ep.worker_seq + 1}-{secrets.token_hex(3)}",
+            endpoint=ep.spec.name,
+            devices=devices,
+            node=devices[0].node if devices else self.node,
+            started_at=now,
+            idle_since=now,
+            last_exchange=now,
+        )
+        try:  # built before the worker is recorded: if it cannot be, nothing holds the devices
+            launch = self.supervisor.launch(ep, worker)
+        except BackendError as exc:
+            worker.stderr_tail.append(str(exc))
+            self._start_failed(ep, worker, -1)
+            return
+        ep.worker_seq += 1
+        self.workers[worker.id] = worker
+        ep.workers[worker.id] = worker
+        if devices:
+            self.index.hold(devices, Holder(worker.id, ep.spec.name))
+        log.info(
+            "starting worker %s for %s on %s",
+            worker.id,
+            ep.spec.name,
+            f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}" if devices else "cpu",
+        )
+        self.supervisor.start(worker, launch)
+
+    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None:
+        if worker.state is WorkerState.STOPPING:
+            return
+        self._mark_stopping(worker)
+        self.supervisor.stop(worker.id, self.stop_grace_s if grace_s is None else grace_s)
+
+    def _mark_stopping(self, worker: Worker) -> None:
+        worker.state = WorkerState.STOPPING
+        wake(worker)  # answer its job-stop long-poll: the worker can exit at once
+        ep = self.endpoints.get(worker.endpoint)
+        if ep is not None:
+            self._release_takers(ep, worker.id)
+
+    def _on_line(self, worker_id: str, channel: str, line: str) -> None:
+        worker = self.workers.get(worker_id)
+        job_id, line = wire.untag_line(line)
+        if worker is not None and channel == "stderr":
+            worker.stderr_tail.append(line)
+        if job_id:
+            job = self.book.find(job_id)
+            # only the worker that ran the job writes to its log
+            if job is not None and job.worker_id == worker_id and len(job.logs) < MAX_JOB_LOG_LINES:
+                job.logs.append(line)
+                if job.status.terminal:  # a running job's lines are written with its next change
+                    self.book.save(job)
+        endpoint = worker.endpoint if worker else "?"
+        worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
+
+    def _on_exit(self, worker_id: str, code: int, failed: bool | None = None) -> None:
+        """A worker process ended. Before its first pull that is a failed start only if it ``failed`` by itself
+        (by default: judged from ``code``, see ``scheduler.exits``); a worker killed from outside is only lost."""
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return
+        expected = worker.state is WorkerState.STOPPING
+        self._forget(worker, f"worker {worker_id} ended ({describe_exit(code)})")
+        if expected or self._closing:
+            return
+        ep = self.endpoints[worker.endpoint]
+        if worker.ever_ready:
+            log.warning("worker %s of %s ended unexpectedly (%s)", worker_id, worker.endpoint, describe_exit(code))
+        elif failed_by_itself(code) if failed is None else failed:
+            self._start_failed(ep, worker, code)
+        else:
+            self._start_lost(ep, worker, code)
+
+    def _on_not_ready(self, worker: Worker, exc: NotReadyError) -> None:
+        """The worker's place never came up (a Ray actor not ready in time): not the endpoint's fault. Its devices
+        are passed over for a while, and the next worker goes to the next candidate."""
+        log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
+        worker.state = WorkerState.STOPPING
+        self._on_exit(worker.id, -1)
+        until = self.clock.monotonic() + SET_ASIDE_S
+        for device in worker.devices:
+            if device in self.index and self.index.is_free(device):
+                self.index.hold((device,), Holder("", SET_ASIDE))
+                self._set_aside[device.key] = (until, device)
+
+    def _lose(self, worker: Worker, why: str) -> None:
+        """A worker given up on (its devices left the fleet; it is wedged): its jobs follow the retry rule now, and
+        its process is ended."""
+        log.warning("worker %s of %s is lost: %s", worker.id, worker.endpoint, why)
+        self._mark_stopping(worker)
+        self._forget(worker, f"worker {worker.id} was lost ({why})")
+        self.supervisor.stop(worker.id, 0.0)
+
+    def _forget(self, worker: Worker, what: str) -> None:
+        """Drop a worker that is gone; its devices return, its running jobs go back under the retry rule."""
+        self.workers.pop(worker.id, None)
+        ep = self.endpoints[worker.endpoint]
+        ep.workers.pop(worker.id, None)
+        self.index.release(worker.devices)
+        wake(worker)
+        for job_id in sorted(worker.jobs):
+            job = self.book.find(job_id)
+            if job is not None and job.status is JobStatus.IN_PROGRESS:
+                self._worker_lost(ep, job, what)
+        self.kick()
+
+    def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None:
+        ep.start_failures += 1
+        ep.last_start_error = "\n".join(worker.stderr_tail)[-2000:] or f"exit code {code}"
+        ep.next_start_at = self.clock.monotonic() + failed_start_delay(ep.start_failures)
+        log.error(
+            "worker %s of %s exited with code %s before taking a job (attempt %d of %d):\n%s",
+            worker.id,
+            ep.spec.name,
+            code,
+            ep.start_failures,
+            MAX_START_ATTEMPTS,
+            ep.last_start_error,
+        )
+        if ep.start_failures >= MAX_START_ATTEMPTS:
+            error = JobError(
+                "WorkerStartFailed",
+                f"no worker of {ep.spec.name!r} could start "
+                f"({ep.start_failures} attempts); last error:\n{ep.last_start_error}",
+            )
+            for job in self.book.queued(ep):
+                self.book.count(ep, job, -1)
+                self._finish(job, JobStatus.FAILED, Reason.WORKER_START_FAILED, error)
+            ep.queue.clear()
+
+    def _start_lost(self, ep: EndpointState, worker: Worker, code: int) -> None:
+        """A starting worker killed from outside: not its handler's fault, so no failed start is counted and the
+        queued jobs wait for the next worker; a short back-off keeps a kill loop (say, OOM) from spinning."""
+        ep.start_losses += 1
+        delay = lost_start_delay(ep.start_losses)
+        ep.next_start_at = max(ep.next_start_at, self.clock.monotonic() + delay)
+        log.warning(
+            "worker %s of %s was %s before taking a job; starting another in %.1fs (not counted as a failed start)",
+            worker.id,
+            ep.spec.name,
+            describe_exit(code),
+            delay,
+        )
+
+    def _release_set_aside(self, now: float) -> None:
+        """Devices set aside until ``now`` (monotonic) or earlier go back to placement."""
+        for key, (until, device) in list(self._set_aside.items()):
+            if until <= now:
+                del self._set_aside[key]
+                self.index.release((device,))

@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flashpoint.jobs import JobView
+
+if TYPE_CHECKING:
+    from flashpoint.scheduler.records import Worker
 
 T = TypeVar("T")
 log = logging.getLogger("flashpoint.plane")
@@ -103,3 +106,9 @@ def settle_after(future: asyncio.Future[T], seconds: float, outcome: Callable[[]
                 future.set_result(value)
 
     return asyncio.get_running_loop().call_later(seconds, settle)
+
+
+def wake(worker: Worker) -> None:
+    """Answer the worker's job-stop long-poll now."""
+    if worker.stop_waiter is not None and not worker.stop_waiter.done():
+        worker.stop_waiter.set_result(None)

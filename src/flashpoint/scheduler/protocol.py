@@ -1,0 +1,263 @@
+"""The Runpod worker protocol's verbs, served from the control plane's state: job-take (a long-poll), job-done and
+flashpoint's job-done-batch, job-stream, job-stop (a long-poll) and ping (runpod-protocol.md §3).
+
+``WorkerProtocol`` is a base of ``ControlPlane``, which owns the state these verbs read and write (the job book,
+the endpoints' records, the workers) and the transitions they lead to (ending a job, stopping a worker, a
+reconcile); this file holds the protocol's side of the state machine, and nothing else. Invariants: a worker's first
+request makes it ready; a result is taken once (a late or repeated one changes nothing); a job is handed to one
+worker; a worker that is stopping has its long-polls answered at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from typing import Any
+
+from flashpoint import codec, wire
+from flashpoint.clock import Clock
+from flashpoint.jobs import Job, JobError, JobStatus, Reason
+from flashpoint.scheduler.jobbook import JobBook
+from flashpoint.scheduler.records import EndpointState, Taker, Worker, WorkerState
+from flashpoint.scheduler.waiters import settle_after, wake
+
+log = logging.getLogger("flashpoint.plane")
+
+
+class WorkerProtocol(ABC):
+    """The worker-facing verbs of ``ControlPlane``."""
+
+    # the state the verbs serve from, owned by ControlPlane
+    book: JobBook
+    endpoints: dict[str, EndpointState]
+    workers: dict[str, Worker]
+    clock: Clock
+    #: how long job-take and job-stop hold a request before answering with nothing
+    take_hold_s: float
+
+    # the plane's transitions the verbs lead to
+
+    @abstractmethod
+    def _finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None: ...
+
+    @abstractmethod
+    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None: ...
+
+    @abstractmethod
+    def _kick_if_someone_waits(self) -> None: ...
+
+    # the verbs
+
+    def _worker(self, endpoint: str, worker_id: str, *, exchange: bool = True) -> Worker | None:
+        """The worker a request names (None if unknown); its first request makes a starting worker ready.
+        ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not)."""
+        worker = self.workers.get(worker_id)
+        if worker is None or worker.endpoint != endpoint:
+            return None
+        now = self.clock.monotonic()
+        if exchange:
+            worker.last_exchange = now
+        if worker.state is WorkerState.STARTING:
+            worker.state = WorkerState.IDLE
+            worker.ever_ready = True
+            worker.idle_since = now
+            ep = self.endpoints[endpoint]
+            ep.start_failures = ep.start_losses = 0
+        return worker
+
+    async def take(
+        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop)."""
+        ep = self.endpoints.get(endpoint)
+        worker = self._worker(endpoint, worker_id)
+        hold = self.take_hold_s if hold_s is None else hold_s
+        if ep is None or worker is None:  # unknown: hold anyway, so a misconfigured worker does not spin
+            await asyncio.sleep(min(hold, 5.0))
+            return []
+        if worker.state is WorkerState.STOPPING:  # answered at once: it is about to exit
+            return []
+        # a retiring worker gets nothing new, but waits like any other (its stop answers it), rather than spin
+        jobs = self._pop(ep, worker, count) if worker.live else []
+        if not jobs:
+            future: asyncio.Future[list[Job]] = asyncio.get_running_loop().create_future()
+            entry: Taker = (worker_id, count, future)
+            ep.takers.append(entry)
+            self._kick_if_someone_waits()  # an idle, pulling worker may have devices another endpoint waits for
+            timer = settle_after(future, hold, list)
+            try:
+                jobs = await future
+            finally:
+                timer.cancel()
+                if entry in ep.takers:
+                    ep.takers.remove(entry)
+        return [wire.job_payload(job.id, job.input, job.extra) for job in jobs]
+
+    def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
+        jobs = self.book.pop(ep, count)
+        for job in jobs:
+            self._assign(job, worker)
+        return jobs
+
+    def _dispatch(self, ep: EndpointState) -> None:
+        """Hand queued jobs to workers already waiting in a long-poll."""
+        retiring: list[Taker] = []
+        while ep.queued and ep.takers:
+            entry = ep.takers.popleft()
+            worker_id, count, future = entry
+            worker = self.workers.get(worker_id)
+            if future.done() or worker is None:
+                continue
+            if not worker.live:  # keeps waiting (its stop answers it), and gets nothing
+                retiring.append(entry)
+                continue
+            jobs = self._pop(ep, worker, count)
+            if jobs:
+                future.set_result(jobs)
+            else:
+                ep.takers.appendleft(entry)
+                break
+        ep.takers.extendleft(reversed(retiring))
+
+    def _assign(self, job: Job, worker: Worker) -> None:
+        self.book.taken(job, worker.id, worker.placement())
+        worker.jobs.add(job.id)
+        worker.unnamed.pop(job.id, None)
+        if job.id in worker.to_stop:  # a stop meant for an earlier run of this job must not end this one
+            worker.to_stop.remove(job.id)
+        worker.state = WorkerState.RUNNING
+
+    def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        """A result (or a progress update) from a worker; idempotent: a late or repeated one changes nothing."""
+        worker = self._worker(endpoint, worker_id)
+        job = self.book.find(job_id)
+        if job is not None and isinstance(body, dict) and job.worker_id == worker_id:
+            if body.get("status") == "IN_PROGRESS":
+                if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
+                    job.output = body.get("output")  # progress is JSON: a binary mark is not kept for it
+                    self.book.save(job)
+                return
+            if job.status is JobStatus.IN_PROGRESS:
+                self._complete(job, body)
+        if worker is not None:
+            worker.jobs.discard(job_id)
+            self._after_job(worker, stop_pod=isinstance(body, dict) and bool(body.get("stopPod")))
+
+    def output_too_large(self, endpoint: str, worker_id: str, job_id: str, limit: int) -> None:
+        """A worker's result for its job was over ``limit`` bytes: the job fails now (reason ``output_too_large``),
+        rather than be retried with an output that can never be taken."""
+        message = (
+            f"the job's result was larger than the {limit} bytes a worker may post; return less (put large "
+            "results in storage and return a reference), or raise flashpoint serve --max-result-mb"
+        )
+        body = wire.error_record("OutputTooLarge", message, reason=Reason.OUTPUT_TOO_LARGE)
+        self.done(endpoint, worker_id, job_id, body)
+
+    async def done_batch(
+        self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
+    ) -> list[dict[str, Any]]:
+        """Several results of one worker (``(job id, body)``), then, with ``take``, a long-poll for up to that many
+        jobs: flashpoint's own worker posts what finished together in one exchange, which carries its next jobs."""
+        for job_id, body in results:
+            self.done(endpoint, worker_id, job_id, body)
+        worker = self.workers.get(worker_id)
+        if take > 0 and worker is not None and worker.live:
+            return await self.take(endpoint, worker_id, take)
+        return []
+
+    def _complete(self, job: Job, body: dict[str, Any]) -> None:
+        error = body.get("error")
+        if error:
+            parsed, reason = wire.parse_error(error)
+            job.output = body.get("output")
+            job.error = parsed
+            self._finish(job, JobStatus.FAILED, reason)
+        elif codec.is_binary(body) and not _binary_allowed(job, body.get("output")):
+            self._finish(job, JobStatus.FAILED, Reason.OUTPUT_NOT_SERIALIZABLE, _BINARY_REFUSED)
+        else:
+            job.output = body.get("output")
+            job.output_binary = codec.is_binary(body)
+            self._finish(job, JobStatus.COMPLETED, Reason.COMPLETED)
+
+    def _after_job(self, worker: Worker, *, stop_pod: bool = False) -> None:
+        if stop_pod:
+            worker.retiring = True
+        if not worker.jobs and worker.state is WorkerState.RUNNING:
+            worker.state = WorkerState.IDLE
+            worker.idle_since = self.clock.monotonic()
+        if worker.retiring and not worker.jobs:
+            self._stop_worker(worker)
+        self._kick_if_someone_waits()
+
+    def chunk(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        """A chunk a generator handler yielded (job-stream): pending until read through ``read_chunks``."""
+        self._worker(endpoint, worker_id)
+        job = self.book.find(job_id)
+        if job is not None and job.status is JobStatus.IN_PROGRESS and job.worker_id == worker_id:
+            if not isinstance(body, dict):
+                return
+            chunk = {"output": body.get("output")}
+            if codec.is_binary(body):
+                if not _binary_allowed(job, chunk["output"]):
+                    log.warning("job %s: %s; chunk dropped", job.id, _BINARY_REFUSED.message)
+                    return
+                chunk[codec.ENCODING_KEY] = codec.BINARY_ENCODING
+            self.book.add_chunk(job, chunk)
+
+    async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
+        """Long-poll: job ids this worker must stop (cancelled or timed out)."""
+        worker = self._worker(endpoint, worker_id, exchange=False)
+        hold = self.take_hold_s if hold_s is None else hold_s
+        if worker is None:
+            await asyncio.sleep(min(hold, 5.0))
+            return []
+        if not worker.to_stop:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            worker.stop_waiter = future
+            timer = settle_after(future, hold, lambda: None)
+            try:
+                await future
+            finally:
+                timer.cancel()
+                if worker.stop_waiter is future:
+                    worker.stop_waiter = None
+        ids, worker.to_stop = worker.to_stop, []
+        return ids
+
+    def ping(self, endpoint: str, worker_id: str, job_ids: list[str] | None = None) -> None:
+        """A heartbeat; ``job_ids`` are the jobs the worker says it runs (Runpod's ping ``job_id``), when it says.
+
+        A job the worker holds but its pings stop naming was lost inside the worker: past ``lost_job_grace_s`` the
+        tick's watchdog (``_watch_workers``) gives it back to the queue, and loses the worker if it is wedged.
+        """
+        worker = self._worker(endpoint, worker_id, exchange=False)
+        if worker is None or job_ids is None:
+            return
+        named, now = set(job_ids), self.clock.monotonic()
+        worker.unnamed = {j: worker.unnamed.get(j, now) for j in worker.jobs if j not in named}
+
+    def _signal_stop(self, worker: Worker, job_id: str) -> None:
+        worker.to_stop.append(job_id)
+        worker.jobs.discard(job_id)
+        wake(worker)
+
+    def _release_takers(self, ep: EndpointState, worker_id: str | None) -> None:
+        for entry in list(ep.takers):
+            if worker_id is None or entry[0] == worker_id:
+                ep.takers.remove(entry)
+                if not entry[2].done():
+                    entry[2].set_result([])
+
+
+#: a worker marked an output binary for a job whose caller did not accept binary output
+_BINARY_REFUSED = JobError(
+    "OutputNotSerializable",
+    "the worker sent a binary (pickled) output for a job whose caller accepts JSON only; return JSON values",
+)
+
+
+def _binary_allowed(job: Job, output: Any) -> bool:
+    """A binary output is kept only for a job that accepted it (the SDK's ``binary_ok``), and only as base64 text."""
+    meta = job.extra.get("flashpoint")
+    return isinstance(output, str) and isinstance(meta, dict) and meta.get("binary_ok") is True
