@@ -45,6 +45,7 @@ async def test_each_worker_has_its_own_key_bound_to_its_id_and_endpoint() -> Non
         assert taken.status_code == 200 and taken.json()["id"] == job.id
 
 
+@pytest.mark.slow
 async def test_a_real_workers_key_is_its_own_and_opens_no_other_endpoint(make_embedded) -> None:
     embedded = make_embedded("NVIDIA_H200:1")
 

@@ -182,6 +182,7 @@ def test_fleet_needs_an_app(tmp_path: Path) -> None:
     assert result.stderr.startswith("Error: --fleet needs --app APP")
 
 
+@pytest.mark.slow
 def test_python_m_flashpoint_explain_what_if(tmp_path: Path) -> None:
     path = fleet_file(tmp_path)
     env = {"PATH": "/usr/bin:/bin", "FLASHPOINT_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}

@@ -70,6 +70,7 @@ async def serve(plane: RecordingPlane) -> AsyncIterator[str]:
         ]
     )
     sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms delayed-ACK waits between head and body
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
