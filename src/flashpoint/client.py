@@ -356,6 +356,7 @@ __all__ = ["ERRORS_BY_CODE", "REJECTED_CODES", "HTTPConnection", "error_for"]
 
 @functools.cache
 def _tls() -> ssl.SSLContext:
-    """One TLS context for every client of this process: building one loads the CA bundle (about 60 ms here), which
-    httpx would otherwise do for each client (one per event loop, so once per ``asyncio.run``)."""
-    return ssl.create_default_context()
+    """One TLS context for every client of this process, made as httpx makes its default one (its CA bundle,
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``): building one loads the bundle (about 60 ms here), which httpx would otherwise
+    do for each client (one per event loop, so once per ``asyncio.run``)."""
+    return httpx.create_ssl_context()
