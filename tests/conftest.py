@@ -64,9 +64,10 @@ def restore_imports(tmp_path: Path) -> Iterator[None]:
     path = list(sys.path)
     yield
     sys.path[:] = path
+    inside = str(tmp_path) + os.sep  # a text prefix: a Path per module (thousands) cost 20 ms a test
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if file is not None and Path(file).is_relative_to(tmp_path):
+        if isinstance(file, str) and file.startswith(inside):
             del sys.modules[name]
 
 
