@@ -8,6 +8,7 @@ async def infer(data: dict) -> dict: ...
 
 from __future__ import annotations
 
+from flashpoint import envfile
 from flashpoint._version import __version__
 from flashpoint.context import current_job
 from flashpoint.endpoint import Endpoint, EndpointClient, EndpointSpec, JobHandle, ServerlessScalerType
@@ -29,6 +30,9 @@ from flashpoint.errors import (
 from flashpoint.explain import Explanation
 from flashpoint.gpus import GpuGroup, GPUModel, GpuType
 from flashpoint.jobs import JobStatus, JobView, Placement, Reason
+
+# as Runpod Flash does at import: the project's .env, never overriding what is set (FLASHPOINT_DOTENV=0: off)
+envfile.load()
 
 __all__ = [
     # SDK
