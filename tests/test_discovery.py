@@ -153,7 +153,8 @@ def test_a_module_without_endpoints_says_how_to_declare_one(tmp_path: Path) -> N
         load_endpoints(str(path))
 
 
-def test_two_endpoints_with_one_name_are_refused(tmp_path: Path) -> None:
+def test_two_endpoints_with_one_name_and_other_options_are_refused(tmp_path: Path) -> None:
+    # with the same options they are one endpoint serving both (tests/test_shared_names.py)
     path = write(
         tmp_path,
         "app_dupe.py",
@@ -163,12 +164,12 @@ def test_two_endpoints_with_one_name_are_refused(tmp_path: Path) -> None:
         @Endpoint(name="same")
         def a() -> None: ...
 
-        @Endpoint(name="same")
+        @Endpoint(name="same", workers=2)
         def b() -> None: ...
         """,
     )
 
-    with pytest.raises(ConfigError, match=r"two endpoints are named 'same'"):
+    with pytest.raises(ConfigError, match=r"two endpoints are named 'same' with different options"):
         load_endpoints(str(path))
 
 

@@ -164,9 +164,13 @@ def _endpoints_of(module: ModuleType) -> dict[str, AnyEndpoint]:
             continue
         existing = found.get(value.spec.name)
         if existing is not None and existing is not value:
+            # functions and classes declared with one name and the same options are one endpoint serving them all
+            if getattr(existing, "shared", None) is not None and existing.shared is getattr(value, "shared", None):
+                continue
             raise ConfigError(
-                f"{module.__name__}: two endpoints are named {value.spec.name!r} (the second is {attr!r}); "
-                "give each endpoint its own name="
+                f"{module.__name__}: two endpoints are named {value.spec.name!r} with different options (the "
+                f"second is {attr!r}); declare every function of one endpoint with the same options, or give each "
+                "endpoint its own name="
             )
         found[value.spec.name] = value
     return found

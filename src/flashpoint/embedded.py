@@ -9,6 +9,7 @@ connection (``default_connection.connect()``) starts one on the first call of a 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -207,7 +208,8 @@ class EmbeddedServer:
         def run() -> None:
             path = None
             if target.pickled is not None:
-                path = Path(self._tmp.name) / f"{spec.name}.pkl"
+                digest = hashlib.sha256(target.pickled).hexdigest()[:16]  # a shared name's code grows as it joins
+                path = Path(self._tmp.name) / f"{spec.name}-{digest}.pkl"
                 if not path.exists():
                     path.write_bytes(target.pickled)
             self.plane.register(spec, target, str(path) if path else None)

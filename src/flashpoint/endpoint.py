@@ -10,6 +10,7 @@ import difflib
 import functools
 import inspect
 import os
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -31,14 +32,18 @@ from flashpoint.spec import (
     WorkerTarget,
     build_spec,
     invalid,
+    options_of,
     public_methods,
+    target_name,
     worker_target_for,
+    worker_target_for_all,
 )
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation
 
 T = TypeVar("T")
+_B = TypeVar("_B", bound="_Bound")
 
 __all__ = [
     "Connection",
@@ -144,11 +149,11 @@ class Endpoint:
                     "`async def predict(self, data): ...`",
                 )
             spec = _replace(self.spec, kind="class", methods=methods)
-            return EndpointClass(spec, target)
+            return _join(EndpointClass(spec, target))
         if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
-            return EndpointFunction(self.spec, target)
+            return _join(EndpointFunction(self.spec, target))
         if inspect.isfunction(target) or inspect.iscoroutinefunction(target) or inspect.ismethod(target):
-            return EndpointFunction(self.spec, target)
+            return _join(EndpointFunction(self.spec, target))
         raise invalid(self.spec.name, f"@Endpoint decorates a function or a class, not {type(target).__name__}")
 
 
@@ -164,11 +169,43 @@ def _replace(spec: EndpointSpec, **changes: Any) -> EndpointSpec:
     return dataclasses.replace(spec, **changes)
 
 
+class Shared:
+    """The functions and classes declared with one endpoint name and the same options: one endpoint that serves them
+    all (one queue, one set of workers), each job naming the one it calls (``flashpoint.target``), as Flash groups
+    the functions of one resource. Members are held weakly: a handle nobody holds leaves its endpoint."""
+
+    def __init__(self, options: EndpointSpec) -> None:
+        self.options = options
+        self.members: weakref.WeakValueDictionary[str, _Bound] = weakref.WeakValueDictionary()
+
+    def targets(self) -> dict[str, _Bound]:
+        """``{target name: handle}``, in declaration order."""
+        return dict(self.members.items())
+
+
+#: the latest declaration group per endpoint name
+_SHARED: dict[str, Shared] = {}
+
+
+def _join(handle: _B) -> _B:
+    """Add a decorated function or class to the endpoint of its name; a declaration with other options starts a new
+    endpoint of that name (registering both on one control plane is the error, with what to do)."""
+    options = options_of(handle.spec)
+    shared = _SHARED.get(options.name)
+    if shared is None or shared.options != options:
+        shared = _SHARED[options.name] = Shared(options)
+    shared.members[target_name(handle._target_obj)] = handle
+    handle.shared = shared
+    return handle
+
+
 class _Bound:
     """Shared plumbing: bind once to a control plane, submit payloads, wrap results."""
 
     spec: EndpointSpec
     _target_obj: Any
+    #: the endpoint this handle is one target of (None for a command)
+    shared: Shared | None = None
 
     def __init__(self, spec: EndpointSpec, target: Any) -> None:
         self.spec = spec
@@ -185,8 +222,23 @@ class _Bound:
         return conn
 
     def worker_target(self) -> WorkerTarget:
-        """How a worker runs this endpoint."""
+        """How a worker runs this endpoint: every function and class declared with its name."""
+        targets = self.targets()
+        if len(targets) > 1:
+            return worker_target_for_all([handle._target_obj for handle in targets.values()])
         return worker_target_for(self._target_obj)
+
+    def targets(self) -> dict[str, _Bound]:
+        """The functions and classes this handle's endpoint serves, ``{target name: handle}``."""
+        if self.shared is None:
+            return {target_name(self._target_obj): self}
+        return self.shared.targets() or {target_name(self._target_obj): self}
+
+    def _extra(self, init: Any = None) -> dict[str, Any]:
+        extra = _extra(init)
+        if self.shared is not None and len(self.shared.members) > 1:
+            extra["flashpoint"]["target"] = target_name(self._target_obj)
+        return extra
 
     async def _submit(self, payload: Any, extra: dict[str, Any]) -> JobHandle:
         conn = await self._connect()
@@ -244,11 +296,11 @@ class EndpointFunction(_Bound, Generic[T]):
         return _encode_bound(bound)
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._call(self._payload(args, kwargs), _extra())
+        return await self._call(self._payload(args, kwargs), self._extra())
 
     async def run(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Submit a job and return its handle as soon as it is queued."""
-        return await self._submit(self._payload(args, kwargs), _extra())
+        return await self._submit(self._payload(args, kwargs), self._extra())
 
     def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """Run a generator endpoint and yield its chunks as the worker produces them: ``async for x in fn.stream()``.
@@ -264,7 +316,7 @@ class EndpointFunction(_Bound, Generic[T]):
                 f"endpoint {self.spec.name!r} ({fn.__name__}) returns one result and does not stream; "
                 f"use `await {fn.__name__}(...)`, or make it a generator (`yield` each chunk) to stream"
             )
-        return self._stream(self._payload(args, kwargs), _extra())
+        return self._stream(self._payload(args, kwargs), self._extra())
 
     def local(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function in this process, with no scheduler: for the user's own unit tests."""
@@ -343,10 +395,10 @@ class MethodCall:
         return payload
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._owner._call(self._payload(args, kwargs), _extra(self._init))
+        return await self._owner._call(self._payload(args, kwargs), self._owner._extra(self._init))
 
     async def run(self, *args: Any, **kwargs: Any) -> JobHandle:
-        return await self._owner._submit(self._payload(args, kwargs), _extra(self._init))
+        return await self._owner._submit(self._payload(args, kwargs), self._owner._extra(self._init))
 
 
 # --------------------------------------------------------------------------------------------------------------------

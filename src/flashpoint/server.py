@@ -9,7 +9,7 @@ import inspect
 import ipaddress
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flashpoint import codec
@@ -53,6 +53,34 @@ def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[An
         return check_method
     signature = inspect.signature(handle.__wrapped__)
     return lambda payload: bind(signature, payload)
+
+
+def input_checkers(handles: Mapping[str, Any]) -> dict[str, Callable[[Any], None]]:
+    """The intake's checkers: ``name`` for a job naming no target, ``name/target`` for one naming its target (the
+    functions and classes sharing one endpoint name); a command's handler takes any JSON input, as on Runpod."""
+    checkers: dict[str, Callable[[Any], None]] = {}
+    for name, handle in handles.items():
+        if isinstance(handle, EndpointCommand):
+            continue
+        targets = handle.targets()
+        for target, member in targets.items():
+            checkers[f"{name}/{target}"] = input_checker(member)
+        if len(targets) == 1:
+            checkers[name] = input_checker(handle)
+        else:
+            checkers[name] = _needs_target(name, list(targets))
+    return checkers
+
+
+def _needs_target(name: str, targets: list[str]) -> Callable[[Any], None]:
+    def check(payload: Any) -> None:
+        raise BadInputError(
+            f"endpoint {name!r} serves several functions or classes ({', '.join(targets)}); name the one to call "
+            f'beside the input: {{"input": {{...}}, "flashpoint": {{"target": "{targets[0]}"}}}}',
+            code="bad_input",
+        )
+
+    return check
 
 
 def _loopback(host: str) -> bool:
@@ -171,7 +199,7 @@ class Server:
             api_keys=self.api_keys,
             intake=Intake(
                 # a command's handler takes any JSON input (as on Runpod); functions are checked by signature
-                {name: input_checker(h) for name, h in handles.items() if not isinstance(h, EndpointCommand)},
+                input_checkers(handles),
                 allow_pickle=self.allow_pickle,
                 allow_private_webhooks=self.allow_private_webhooks,
             ),

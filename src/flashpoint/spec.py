@@ -5,6 +5,7 @@ Everything an ``@Endpoint(...)`` call says is checked here, at decoration time, 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import re
@@ -198,6 +199,38 @@ def build_spec(options: dict[str, Any]) -> EndpointSpec:
 def public_methods(cls: type) -> tuple[str, ...]:
     """The callable public methods a class endpoint exposes, in definition order."""
     return tuple(attr for attr, value in vars(cls).items() if not attr.startswith("_") and inspect.isfunction(value))
+
+
+#: the key of the pickled table a worker of a shared endpoint loads: ``{TARGETS_KEY: {target name: "module:qualname"
+#: or the function/class itself}}``
+TARGETS_KEY = "flashpoint.targets"
+
+
+def options_of(spec: EndpointSpec) -> EndpointSpec:
+    """The spec without what differs between the functions and classes sharing one endpoint name (kind, methods):
+    two declarations with one name form one endpoint when these agree."""
+    if spec.kind == "command":
+        return spec
+    return dataclasses.replace(spec, kind="function", methods=())
+
+
+def target_name(obj: Any) -> str:
+    """The name a job uses to call one of the functions or classes of a shared endpoint: its ``__name__``."""
+    return str(getattr(obj, "__name__", type(obj).__name__))
+
+
+def worker_target_for_all(objs: Sequence[Any]) -> WorkerTarget:
+    """How a worker runs an endpoint serving ``objs`` (functions and classes declared with one name): one of them as
+    :func:`worker_target_for`; several as a pickled table of import paths (importable ones) and pickled code."""
+    if len(objs) == 1:
+        return worker_target_for(objs[0])
+    import cloudpickle
+
+    table: dict[str, Any] = {}
+    for obj in objs:
+        target = worker_target_for(obj)
+        table[target_name(obj)] = target.import_path if target.import_path is not None else obj
+    return WorkerTarget(pickled=cloudpickle.dumps({TARGETS_KEY: table}))
 
 
 def worker_target_for(obj: Any) -> WorkerTarget:

@@ -90,12 +90,14 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
             "or start the server with --allow-pickle if every API key holder may run code there",
             code="pickle_not_allowed",
         )
-    checker = intake.checkers.get(endpoint)
+    target = (meta or {}).get("target")
+    # a shared endpoint's job names its function or class; an unknown one fails on the worker, running nothing
+    checker = intake.checkers.get(endpoint if target is None else f"{endpoint}/{target}")
     if checker is not None and not (isinstance(payload, dict) and codec.PICKLE_KEY in payload):
         checker(payload)
     extra = {key: data[key] for key in PASSTHROUGH if key in data}
     if meta is not None:
-        extra["flashpoint"] = {k: meta[k] for k in ("binary_ok", "init") if k in meta}
+        extra["flashpoint"] = {k: meta[k] for k in ("binary_ok", "init", "target") if k in meta}
     return plane.submit(endpoint, payload, extra, execution_timeout_ms=execution_ms, ttl_ms=ttl_ms, size=len(raw))
 
 

@@ -34,7 +34,7 @@ from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobB
 from flashpoint.scheduler.placement import NoFit, feasible
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
-from flashpoint.spec import EndpointSpec, WorkerTarget
+from flashpoint.spec import EndpointSpec, WorkerTarget, options_of
 from flashpoint.store.base import JobStore
 
 log = logging.getLogger("flashpoint.plane")
@@ -219,15 +219,22 @@ class ControlPlane(WorkerSupervision):
 
     def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
         """Add an endpoint; ``code_file`` holds its pickled code when ``target`` names no import path or command."""
-        if code_file is not None:
-            self.supervisor.code_files.setdefault(spec.name, code_file)
         existing = self.endpoints.get(spec.name)
         if existing is not None:
-            if existing.spec != spec:
+            # the functions and classes of one name differ in kind and methods only (spec.options_of)
+            if options_of(existing.spec) != options_of(spec):
                 raise InvalidEndpointError(
-                    f"endpoint {spec.name!r} is already registered with other options; give each endpoint its own name"
+                    f"endpoint {spec.name!r} is already registered with other options; declare every function or "
+                    "class of one endpoint with the same options, or give each endpoint its own name"
                 )
+            if target != existing.target:
+                # more functions joined a shared name: the workers started from now on load them all
+                existing.target = target
+                if code_file is not None:
+                    self.supervisor.code_files[spec.name] = code_file
             return
+        if code_file is not None:
+            self.supervisor.code_files.setdefault(spec.name, code_file)
         ep = EndpointState(spec, target, registered_at=self.clock.time())
         if spec.uses_gpu:
             ep.never = feasible(spec.candidates, spec.gpu_count, self.index.devices)

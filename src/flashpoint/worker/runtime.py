@@ -87,27 +87,47 @@ class HandlerError(Exception):
         self.reason = reason
 
 
+#: the key of the table a shared endpoint's worker loads (flashpoint.spec.TARGETS_KEY; the worker never imports spec)
+TARGETS_KEY = "flashpoint.targets"
+
+
+def load_targets(target: Any) -> dict[str, Any]:
+    """``{target name: function or class}``: the table of a shared endpoint (import paths imported), or the one."""
+    if isinstance(target, dict) and TARGETS_KEY in target:
+        return {
+            name: load_target(import_path=obj) if isinstance(obj, str) else getattr(obj, "__wrapped__", obj)
+            for name, obj in target[TARGETS_KEY].items()
+        }
+    return {str(getattr(target, "__name__", type(target).__name__)): target}
+
+
 class Handler:
-    """Calls the endpoint's function, or a method of a per-worker instance of its class, with a job's input."""
+    """Runs a job on the function or class it names (``flashpoint.target``) among those its endpoint serves; a job
+    naming none goes to the only one. A job naming a target the worker does not have fails and runs nothing."""
 
     def __init__(self, target: Any, dependencies: list[str] | None = None) -> None:
-        self.target = target
-        self.is_class = inspect.isclass(target)
-        self.methods = (
-            [n for n, v in vars(target).items() if not n.startswith("_") and inspect.isfunction(v)]
-            if self.is_class
-            else []
-        )
-        self._instances: dict[str, Any] = {}
+        self.targets = {name: Target(obj) for name, obj in load_targets(target).items()}
         self._missing = missing_dependencies(dependencies or [])
 
-    async def _instance(self, init: Any) -> Any:
-        key = json.dumps(init, sort_keys=True)
-        if key not in self._instances:
-            args, kwargs = codec.decode_call(init) if init is not None else ((), {})
-            # the constructor may load a model for seconds: keep the event loop (and the stop channel) responsive
-            self._instances[key] = await asyncio.to_thread(self.target, *args, **kwargs)
-        return self._instances[key]
+    def _target(self, meta: dict[str, Any]) -> Target:
+        name = meta.get("target")
+        if name is None:
+            if len(self.targets) == 1:
+                return next(iter(self.targets.values()))
+            names = ", ".join(self.targets)
+            raise HandlerError(
+                f"this endpoint serves several functions or classes ({names}); a job names the one it calls in "
+                f'"flashpoint": {{"target": NAME}} beside its input (the SDK handles do so)',
+                Reason.USER_ERROR,
+            )
+        target = self.targets.get(name) if isinstance(name, str) else None
+        if target is None:
+            raise HandlerError(
+                f"this endpoint serves no function or class {name!r} (it serves {', '.join(self.targets)}); the "
+                "caller's code may be newer than this worker's: redeclare and call again",
+                Reason.USER_ERROR,
+            )
+        return target
 
     async def __call__(self, job: dict[str, Any], emit: Emit | None = None) -> Any:
         if self._missing:
@@ -117,8 +137,33 @@ class Handler:
                 + " ".join(repr(r) for r in self._missing),
                 Reason.DEPENDENCY_MISSING,
             )
-        payload = job.get("input")
         meta = job.get("flashpoint") or {}
+        return await self._target(meta)(job, meta, emit)
+
+
+class Target:
+    """Calls one function, or a method of a per-worker instance of one class, with a job's input."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.is_class = inspect.isclass(target)
+        self.methods = (
+            [n for n, v in vars(target).items() if not n.startswith("_") and inspect.isfunction(v)]
+            if self.is_class
+            else []
+        )
+        self._instances: dict[str, Any] = {}
+
+    async def _instance(self, init: Any) -> Any:
+        key = json.dumps(init, sort_keys=True)
+        if key not in self._instances:
+            args, kwargs = codec.decode_call(init) if init is not None else ((), {})
+            # the constructor may load a model for seconds: keep the event loop (and the stop channel) responsive
+            self._instances[key] = await asyncio.to_thread(self.target, *args, **kwargs)
+        return self._instances[key]
+
+    async def __call__(self, job: dict[str, Any], meta: dict[str, Any], emit: Emit | None = None) -> Any:
+        payload = job.get("input")
         fn: Callable[..., Any] = self.target
         if self.is_class:
             method = payload.pop("method", None) if isinstance(payload, dict) else None
