@@ -55,3 +55,27 @@ def test_every_exported_object_has_its_own_docstring() -> None:
 def test_package_docstring() -> None:
     assert flashpoint.__doc__ is not None
     assert "Endpoint" in flashpoint.__doc__
+
+
+def test_runpod_flash_names_are_exported() -> None:
+    from flashpoint import flash
+
+    assert set(flash.__all__) <= set(flashpoint.__all__)
+    for name in flash.__all__:
+        assert getattr(flashpoint, name) is getattr(flash, name)
+
+
+def test_legacy_aliases_say_they_are_deprecated() -> None:
+    legacy = (
+        "CpuLiveLoadBalancer",
+        "CpuLiveServerless",
+        "CpuLoadBalancerSlsResource",
+        "CpuServerlessEndpoint",
+        "LiveLoadBalancer",
+        "LiveServerless",
+        "LoadBalancerSlsResource",
+        "ServerlessEndpoint",
+        "remote",
+    )
+    for name in legacy:
+        assert (getattr(flashpoint, name).__doc__ or "").startswith("Deprecated"), name

@@ -28,6 +28,28 @@ from flashpoint.errors import (
     UnknownGPUError,
 )
 from flashpoint.explain import Explanation
+from flashpoint.flash import (
+    CPU_DATACENTERS,
+    DEFAULT_WORKERS_MAX,
+    DEFAULT_WORKERS_MIN,
+    CpuInstanceType,
+    CpuLiveLoadBalancer,
+    CpuLiveServerless,
+    CpuLoadBalancerSlsResource,
+    CpuServerlessEndpoint,
+    CudaVersion,
+    DataCenter,
+    FlashApp,
+    LiveLoadBalancer,
+    LiveServerless,
+    LoadBalancerSlsResource,
+    NetworkVolume,
+    PodTemplate,
+    ResourceManager,
+    ServerlessEndpoint,
+    ServerlessType,
+    remote,
+)
 from flashpoint.gpus import GpuGroup, GPUModel, GpuType
 from flashpoint.jobs import JobStatus, JobView, Placement, Reason
 
@@ -53,6 +75,29 @@ __all__ = [
     "GPUModel",
     "GpuGroup",
     "GpuType",
+    # Runpod Flash's value types and constants
+    "CPU_DATACENTERS",
+    "DEFAULT_WORKERS_MAX",
+    "DEFAULT_WORKERS_MIN",
+    "CpuInstanceType",
+    "CudaVersion",
+    "DataCenter",
+    "NetworkVolume",
+    "PodTemplate",
+    "ServerlessType",
+    # Runpod Flash's cloud management (import only)
+    "FlashApp",
+    "ResourceManager",
+    # Runpod Flash's legacy names (deprecated; warn once when used)
+    "CpuLiveLoadBalancer",
+    "CpuLiveServerless",
+    "CpuLoadBalancerSlsResource",
+    "CpuServerlessEndpoint",
+    "LiveLoadBalancer",
+    "LiveServerless",
+    "LoadBalancerSlsResource",
+    "ServerlessEndpoint",
+    "remote",
     # Errors
     "BackendError",
     "BadInputError",

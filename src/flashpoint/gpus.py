@@ -69,6 +69,16 @@ class GpuType(str, Enum):
     def __format__(self, format_spec: str) -> str:
         return format(str(self.value), format_spec)
 
+    @classmethod
+    def all(cls) -> list[GpuType]:
+        """Every GPU model, ``ANY`` excluded, as Flash's ``GpuType.all()``."""
+        return [g for g in cls if g is not cls.ANY]
+
+    @classmethod
+    def is_gpu_type(cls, gpu_type: str) -> bool:
+        """Whether a string is a GPU model's value (``"any"`` is not one), as in Flash."""
+        return gpu_type in {g.value for g in cls.all()}
+
 
 class GpuGroup(str, Enum):
     """A pool of similar GPUs, exactly the seed's ``GpuGroup`` members in the seed's order."""
@@ -103,6 +113,71 @@ class GpuGroup(str, Enum):
 
     def __format__(self, format_spec: str) -> str:
         return format(str(self.value), format_spec)
+
+    @classmethod
+    def all(cls) -> list[GpuGroup]:
+        """Every pool, ``ANY`` excluded, each once (Flash's lists ``AMPERE_48`` twice)."""
+        return [g for g in cls if g is not cls.ANY]
+
+    @classmethod
+    def to_gpu_ids_str(cls, gpu_types: Sequence[GpuType | GpuGroup]) -> str:
+        """Runpod's ``gpuIds`` string for a selection, as Flash builds it: pools, and ``-model`` for each model of a
+        pool reached only through explicit models that was not chosen. Pools are the seed's."""
+        pools: set[str] = set()
+        from_groups: set[GpuGroup] = set()
+        explicit: set[str] = set()
+        for item in gpu_types:
+            if isinstance(item, GpuGroup):
+                from_groups.add(item)
+                pools.add(item.value)
+                continue
+            explicit.add(item.value)
+            pool = next((group for group, names in _POOLS.items() if item.value in names), None)
+            if pool is not None:
+                pools.add(pool.value)
+        tokens = set(pools)
+        if explicit:
+            for pool_id in pools:
+                group = cls(pool_id)
+                if group in from_groups:
+                    continue
+                tokens.update(f"-{name}" for name in _POOLS.get(group, ()) if name not in explicit)
+        return cls.normalize_gpu_ids_str(",".join(tokens))
+
+    @classmethod
+    def normalize_gpu_ids_str(cls, gpu_ids_str: str) -> str:
+        """A ``gpuIds`` string in canonical order (pools and models, then negations), as in Flash."""
+        tokens = {token.strip() for token in gpu_ids_str.split(",") if token.strip()}
+        ordered = sorted(tokens, key=lambda token: (token.startswith("-"), token.lstrip("-").lower()))
+        return ",".join(ordered)
+
+    @classmethod
+    def from_gpu_ids_str(cls, gpu_ids_str: str) -> list[GpuGroup | GpuType]:
+        """The selection a ``gpuIds`` string means, as in Flash: pools, a negated pool as its remaining models,
+        then explicit models; unknown pool ids are ignored. Pools are the seed's."""
+        pool_ids: list[str] = []
+        models: list[GpuType] = []
+        negated: set[str] = set()
+        for token in gpu_ids_str.split(","):
+            if token.startswith("-") and GpuType.is_gpu_type(token[1:]):
+                negated.add(token[1:])
+            elif GpuType.is_gpu_type(token):
+                models.append(GpuType(token))
+            else:
+                pool_ids.append(token)
+        out: list[GpuGroup | GpuType] = []
+        for pool_id in pool_ids:
+            try:
+                group = cls(pool_id)
+            except ValueError:
+                continue
+            names = _POOLS.get(group, ())
+            if any(name in negated for name in names):
+                out.extend(GpuType(name) for name in names if name not in negated and GpuType.is_gpu_type(name))
+            else:
+                out.append(group)
+        out.extend(models)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
