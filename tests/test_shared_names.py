@@ -241,3 +241,45 @@ def test_serve_discovers_a_shared_name_once_with_all_targets(tmp_path: Path) -> 
         checkers["tts/speak"]({"lang": "en"})
     with pytest.raises(BadInputError, match=r"several functions or classes \(speak, Voices\)"):
         checkers["tts"]({"text": "hi"})
+
+
+async def test_serve_registers_a_shared_name_once_and_http_jobs_carry_their_target(tmp_path: Path) -> None:
+    import httpx
+
+    from flashpoint.api.app import Dispatch, create_app
+    from flashpoint.api.runpod import Intake
+    from tests.scheduler.door import BASE_URL
+
+    path = tmp_path / "app_shared_http.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            from flashpoint import Endpoint
+
+            @Endpoint(name="pair")
+            def left(x: int) -> int:
+                return x
+
+            @Endpoint(name="pair")
+            def right(y: int) -> int:
+                return y
+            """
+        )
+    )
+    handles = load_endpoints(str(path))
+    door = await open_door()
+    try:
+        for handle in handles.values():
+            door.plane.register(handle.spec, handle.worker_target())
+        assert list(door.plane.endpoints) == ["pair"]
+        app = Dispatch(create_app(door.plane, api_keys=(), intake=Intake(input_checkers(handles))), door.plane)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL) as client:
+            ok = await client.post("/v2/pair/run", json={"input": {"y": 1}, "flashpoint": {"target": "right"}})
+            assert ok.status_code == 200, ok.text
+            assert door.plane.job(ok.json()["id"]).extra["flashpoint"] == {"target": "right"}
+            misfit = await client.post("/v2/pair/run", json={"input": {"x": 1}, "flashpoint": {"target": "right"}})
+            assert misfit.status_code == 400 and "does not fit" in misfit.text
+            untargeted = await client.post("/v2/pair/run", json={"input": {"x": 1}})
+            assert untargeted.status_code == 400 and '"target": "left"' in untargeted.json()["error"]
+    finally:
+        await door.plane.close()
