@@ -281,5 +281,9 @@ async def test_serve_registers_a_shared_name_once_and_http_jobs_carry_their_targ
             assert misfit.status_code == 400 and "does not fit" in misfit.text
             untargeted = await client.post("/v2/pair/run", json={"input": {"x": 1}})
             assert untargeted.status_code == 400 and '"target": "left"' in untargeted.json()["error"]
+            for unknown in ("middle", 7, {"x": 1}):  # refused at intake: nothing is stored
+                wrong = await client.post("/v2/pair/run", json={"input": {"x": 1}, "flashpoint": {"target": unknown}})
+                assert wrong.status_code == 400 and "serves: left, right" in wrong.json()["error"], wrong.text
+            assert door.plane.book.queued_jobs == 1
     finally:
         await door.plane.close()

@@ -91,8 +91,14 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
             code="pickle_not_allowed",
         )
     target = (meta or {}).get("target")
-    # a shared endpoint's job names its function or class; an unknown one fails on the worker, running nothing
+    # a shared endpoint's job names its function or class: one the endpoint does not serve is refused here
     checker = intake.checkers.get(endpoint if target is None else f"{endpoint}/{target}")
+    if target is not None and checker is None and endpoint in intake.checkers:
+        served = sorted(key.partition("/")[2] for key in intake.checkers if key.startswith(f"{endpoint}/"))
+        raise BadInputError(
+            f"endpoint {endpoint!r} serves no function or class named {target!r}; it serves: {', '.join(served)}",
+            code="bad_input",
+        )
     if checker is not None and not (isinstance(payload, dict) and codec.PICKLE_KEY in payload):
         checker(payload)
     extra = {key: data[key] for key in PASSTHROUGH if key in data}
