@@ -216,3 +216,38 @@ async def test_results_are_batched_under_the_post_limit_and_an_oversized_one_bec
     assert all(len(ids) <= 2 for ids in posts)  # 3 x 400 bytes of output do not fit one post of 1000 bytes
     assert sorted(job_id for ids in posts for job_id in ids) == ["a", "b", "c", "huge"]
     assert plane.errors["huge"]["reason"] == "output_too_large"
+
+
+async def test_a_stop_that_comes_before_its_job_started_keeps_it_from_running() -> None:
+    # The take's answer and the stop travel on two connections: a cancel can reach the worker first
+    ran: list[str] = []
+
+    async def handler(job: dict[str, Any], emit: Any) -> str:
+        ran.append(job["id"])
+        return "done"
+
+    runtime = Runtime(handler, urls("http://127.0.0.1:9"), "key")
+    runtime.apply_stops(["early"])
+    runtime._start({"id": "early", "input": {}})
+    runtime._start({"id": "other", "input": {}})
+    await asyncio.gather(*runtime.running.values())
+    assert ran == ["other"]
+    # a late stop for a job that already ended here does not stop a later run of the same id
+    runtime.apply_stops(["other"])
+    runtime._start({"id": "other", "input": {}})
+    await asyncio.gather(*runtime.running.values())
+    assert ran == ["other", "other"]
+    # and a stop for a running job cancels it
+    gate = asyncio.Event()
+
+    async def blocked(job: dict[str, Any], emit: Any) -> str:
+        await gate.wait()
+        return "never"
+
+    runtime.handler = blocked
+    runtime._start({"id": "slow", "input": {}})
+    task = runtime.running["slow"]
+    await asyncio.sleep(0)
+    runtime.apply_stops(["slow", 7, None])
+    with pytest.raises(asyncio.CancelledError):
+        await task

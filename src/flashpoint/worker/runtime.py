@@ -22,6 +22,7 @@ import re
 import signal
 import sys
 import traceback
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,6 +336,10 @@ class Runtime:
         self._wake = asyncio.Event()
         #: backing off after a failed request: no new exchange until the back-off timer clears it
         self._paused: asyncio.TimerHandle | None = None
+        #: stops that came before their job started (its take's answer and the stop travel on two connections), and
+        #: jobs that ended here lately (a late stop for one of those must not stop a later run of the same id)
+        self._stop_early: OrderedDict[str, None] = OrderedDict()
+        self._ended: OrderedDict[str, None] = OrderedDict()
 
     async def run(self) -> None:
         import aiohttp  # aiohttp rather than httpx here: about 4x less time per request on the hot path
@@ -456,12 +461,18 @@ class Runtime:
 
     def _start(self, job: dict[str, Any]) -> None:
         job_id = job["id"]
+        if job_id in self._stop_early:
+            del self._stop_early[job_id]
+            log.info("job %s was stopped before it started; not running it", job_id)
+            return
+        self._ended.pop(job_id, None)
         task = asyncio.ensure_future(self._execute(job))
         self.running[job_id] = task
         task.add_done_callback(lambda done: self._finished(job_id, done))
 
     def _finished(self, job_id: str, task: asyncio.Task[dict[str, Any]]) -> None:
         self.running.pop(job_id, None)
+        _remember(self._ended, job_id)
         # stopped through the job-stop channel (cancelled): like Runpod's worker, post nothing
         if not task.cancelled():
             error = task.exception()
@@ -509,13 +520,22 @@ class Runtime:
                     ids = json.loads(body).get("jobsToStop", [])
                 except (ValueError, AttributeError):
                     ids = []
-                for job_id in ids:
-                    task = self.running.get(job_id) if isinstance(job_id, str) else None
-                    if task is not None:
-                        log.info("stopping job %s", job_id)
-                        task.cancel()
+                self.apply_stops(ids)
             elif status != 204:
                 await asyncio.sleep(1.0)
+
+    def apply_stops(self, ids: Any) -> None:
+        """Stop these jobs: cancel the running ones (their handler gets CancelledError, and nothing is posted); one
+        not started yet is remembered and never starts; one that already ended here is left alone."""
+        for job_id in ids if isinstance(ids, list) else []:
+            if not isinstance(job_id, str):
+                continue
+            task = self.running.get(job_id)
+            if task is not None:
+                log.info("stopping job %s", job_id)
+                task.cancel()
+            elif job_id not in self._ended:
+                _remember(self._stop_early, job_id)
 
     async def _ping(self) -> None:
         while True:
@@ -587,3 +607,14 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
         uvloop.run(runtime.run())
     except ImportError:
         asyncio.run(runtime.run())
+
+
+#: how many early stops and ended jobs a worker remembers (each list is bounded; the oldest go first)
+REMEMBERED = 1024
+
+
+def _remember(ids: OrderedDict[str, None], job_id: str) -> None:
+    ids[job_id] = None
+    ids.move_to_end(job_id)
+    while len(ids) > REMEMBERED:
+        ids.popitem(last=False)
