@@ -13,7 +13,7 @@ import pytest
 from flashpoint import ConfigError
 from flashpoint.discovery import load_endpoints, load_module, split_target
 from flashpoint.endpoint import EndpointClass, EndpointFunction
-from flashpoint.worker.runtime import load_target
+from flashpoint.worker.handler import load_target
 
 APP = """
 from flashpoint import Endpoint, GpuGroup, GpuType

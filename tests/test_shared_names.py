@@ -16,7 +16,7 @@ from flashpoint.errors import BadInputError
 from flashpoint.jobs import Reason
 from flashpoint.server import input_checkers
 from flashpoint.spec import TARGETS_KEY, options_of, worker_target_for, worker_target_for_all
-from flashpoint.worker.runtime import Handler, HandlerError
+from flashpoint.worker.handler import Handler, HandlerError
 from tests.scheduler.door import open_door
 
 

@@ -1,0 +1,213 @@
+"""Inside a worker process: load the endpoint's code (its function, its class, or the several of a shared
+endpoint), and call it with a job's input; Runpod's error body for a job that raised.
+
+Never imports ``flashpoint.store`` or ``scheduler``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from flashpoint import codec, wire
+from flashpoint.jobs import Reason
+
+
+def load_target(import_path: str | None = None, pickle_file: str | None = None) -> Any:
+    """The decorated function or class itself, from ``module:qualname``, ``file.py:qualname`` or a pickle file."""
+    if pickle_file is not None:
+        import pickle
+
+        obj = pickle.loads(Path(pickle_file).read_bytes())
+    elif import_path is not None:
+        module_name, _, qualname = import_path.partition(":")
+        if module_name.endswith(".py"):
+            path = Path(module_name).resolve()
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+        obj = module
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    else:
+        raise ValueError("a worker needs --import PATH or --pickle FILE")
+    return getattr(obj, "__wrapped__", obj)
+
+
+def missing_dependencies(requirements: list[str]) -> list[str]:
+    """Requirements whose distribution is not installed in this interpreter."""
+    missing = []
+    for requirement in requirements:
+        name = re.split(r"[\s<>=!~;\[@]", requirement.strip(), maxsplit=1)[0]
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(requirement)
+    return missing
+
+
+class HandlerError(Exception):
+    """An error the runtime reports with a specific reason code."""
+
+    def __init__(self, message: str, reason: Reason) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+#: the key of the table a shared endpoint's worker loads (flashpoint.spec.TARGETS_KEY; the worker never imports spec)
+TARGETS_KEY = "flashpoint.targets"
+
+
+def load_targets(target: Any) -> dict[str, Any]:
+    """``{target name: function or class}``: the table of a shared endpoint (import paths imported), or the one."""
+    if isinstance(target, dict) and TARGETS_KEY in target:
+        return {
+            name: load_target(import_path=obj) if isinstance(obj, str) else getattr(obj, "__wrapped__", obj)
+            for name, obj in target[TARGETS_KEY].items()
+        }
+    return {str(getattr(target, "__name__", type(target).__name__)): target}
+
+
+class Handler:
+    """Runs a job on the function or class it names (``flashpoint.target``) among those its endpoint serves; a job
+    naming none goes to the only one. A job naming a target the worker does not have fails and runs nothing."""
+
+    def __init__(self, target: Any, dependencies: list[str] | None = None) -> None:
+        self.targets = {name: Target(obj) for name, obj in load_targets(target).items()}
+        self._missing = missing_dependencies(dependencies or [])
+
+    def _target(self, meta: dict[str, Any]) -> Target:
+        name = meta.get("target")
+        if name is None:
+            if len(self.targets) == 1:
+                return next(iter(self.targets.values()))
+            names = ", ".join(self.targets)
+            raise HandlerError(
+                f"this endpoint serves several functions or classes ({names}); a job names the one it calls in "
+                f'"flashpoint": {{"target": NAME}} beside its input (the SDK handles do so)',
+                Reason.USER_ERROR,
+            )
+        target = self.targets.get(name) if isinstance(name, str) else None
+        if target is None:
+            raise HandlerError(
+                f"this endpoint serves no function or class {name!r} (it serves {', '.join(self.targets)}); the "
+                "caller's code may be newer than this worker's: redeclare and call again",
+                Reason.USER_ERROR,
+            )
+        return target
+
+    async def __call__(self, job: dict[str, Any], emit: Emit | None = None) -> Any:
+        if self._missing:
+            raise HandlerError(
+                f"dependencies not installed in the worker's environment ({sys.executable}): "
+                f"{', '.join(self._missing)}; install them there, e.g. pip install "
+                + " ".join(repr(r) for r in self._missing),
+                Reason.DEPENDENCY_MISSING,
+            )
+        meta = job.get("flashpoint") or {}
+        return await self._target(meta)(job, meta, emit)
+
+
+class Target:
+    """Calls one function, or a method of a per-worker instance of one class, with a job's input."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.is_class = inspect.isclass(target)
+        self.methods = (
+            [n for n, v in vars(target).items() if not n.startswith("_") and inspect.isfunction(v)]
+            if self.is_class
+            else []
+        )
+        self._instances: dict[str, Any] = {}
+
+    async def _instance(self, init: Any) -> Any:
+        key = json.dumps(init, sort_keys=True)
+        if key not in self._instances:
+            args, kwargs = codec.decode_call(init) if init is not None else ((), {})
+            # the constructor may load a model for seconds: keep the event loop (and the stop channel) responsive
+            self._instances[key] = await asyncio.to_thread(self.target, *args, **kwargs)
+        return self._instances[key]
+
+    async def __call__(self, job: dict[str, Any], meta: dict[str, Any], emit: Emit | None = None) -> Any:
+        payload = job.get("input")
+        fn: Callable[..., Any] = self.target
+        if self.is_class:
+            method = payload.pop("method", None) if isinstance(payload, dict) else None
+            if method is None:
+                if len(self.methods) != 1:
+                    raise TypeError(
+                        f"this endpoint has several methods ({', '.join(self.methods)}); name one in "
+                        '"method", e.g. {"method": "%s", ...}' % self.methods[0]
+                    )
+                method = self.methods[0]
+            if method not in self.methods:
+                raise TypeError(f"unknown method {method!r}; methods: {', '.join(self.methods)}")
+            fn = getattr(await self._instance(meta.get("init")), method)
+        args, kwargs = codec.decode_call(payload)
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args, **kwargs)
+        if inspect.isasyncgenfunction(fn):
+            return await _drain(fn(*args, **kwargs), emit)
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+        if inspect.isgenerator(result):
+            return await _drain(_in_thread(result), emit)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+
+#: posts one streamed chunk; generator endpoints call it for every value they yield
+Emit = Callable[[Any], Awaitable[None]]
+
+
+async def _in_thread(generator: Iterator[Any]) -> AsyncIterator[Any]:
+    """A sync generator stepped in a thread, so a slow step never blocks the worker's event loop."""
+    done = object()
+    while (item := await asyncio.to_thread(next, generator, done)) is not done:
+        yield item
+
+
+async def _drain(chunks: AsyncIterator[Any], emit: Emit | None) -> list[Any]:
+    """Stream every chunk as it is produced; the job's output is all of them (Runpod's return_aggregate_stream)."""
+    collected = []
+    async for chunk in chunks:
+        collected.append(chunk)
+        if emit is not None:
+            await emit(chunk)
+    return collected
+
+
+def error_body(exc: BaseException, reason: Reason = Reason.USER_ERROR) -> dict[str, Any]:
+    """Runpod's error body: ``error`` is a JSON *string* of the traceback record; flashpoint adds ``reason``."""
+    if isinstance(exc, HandlerError):
+        reason = exc.reason
+    kind = (
+        type(exc).__qualname__
+        if type(exc).__module__ == "builtins"
+        else f"{type(exc).__module__}.{type(exc).__qualname__}"
+    )
+    return wire.error_record(
+        f"<class '{kind}'>",
+        str(exc),
+        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        reason,
+        hostname=os.environ.get("RUNPOD_POD_HOSTNAME", "unknown"),
+        worker_id=os.environ.get("RUNPOD_POD_ID", "unknown"),
+    )
