@@ -110,7 +110,7 @@ def plan(
     """
     # one pass over the workers: each endpoint's live ones, and those that could yield now (named once per plan,
     # so placement looks at their devices only)
-    stopping = WorkerState.STOPPING
+    stopping = WorkerState.STOPPING  # Worker.live, inlined: this pass reads every worker of the fleet
     live_of = {
         name: [w for w in ep.workers.values() if w.state is not stopping and not w.retiring]
         for name, ep in endpoints.items()
