@@ -91,8 +91,10 @@ INVALID = {
     "gpu-empty-list": ({"gpu": []}, ["gpu=[] lists no GPU", "gpu=GpuGroup.ANY"]),
     "gpu-wrong-type": ({"gpu": 42}, ["not a GPU selector", "gpu=GpuGroup.AMPERE_80"]),
     "gpu-nested-list": ({"gpu": [GpuType.NVIDIA_H200, [GpuGroup.ANY]]}, ["nested list", "gpu=GpuGroup.AMPERE_80"]),
-    "cpu-empty": ({"cpu": ""}, ["cpu must be a CPU instance type string", "cpu='cpu3c-1-2'"]),
-    "cpu-not-string": ({"cpu": 4}, ["cpu must be a CPU instance type string", "cpu='cpu3c-1-2'"]),
+    "cpu-empty": ({"cpu": ""}, ["unknown CPU instance type ''", "known: cpu3g-1-4"]),
+    "cpu-not-string": ({"cpu": 4}, ["cpu takes CpuInstanceType values", "cpu='cpu3c-2-4'"]),
+    "cpu-unknown-type": ({"cpu": "cpu3c-2-8"}, ["unknown CPU instance type 'cpu3c-2-8'", "did you mean"]),
+    "cpu-empty-list": ({"cpu": []}, ["cpu=[] lists no instance type"]),
     "env-values-not-strings": ({"env": {"THREADS": 4}}, ["env must map strings to strings", "env={'HF_HOME'"]),
     "env-string": ({"env": "A=1"}, ["env must map strings to strings", "env={'HF_HOME'"]),
     "env-list": ({"env": ["A=1"]}, ["env must map strings to strings", "env={'HF_HOME'"]),
@@ -113,7 +115,7 @@ def test_invalid_options_fail_at_decoration_with_advice(options: dict[str, Any],
         assert phrase in message, (phrase, message)
 
 
-@pytest.mark.parametrize("name", ["", " ", "my endpoint", "-leading-dash", "a" * 129, "x/y", None, 42])
+@pytest.mark.parametrize("name", ["", " ", "my endpoint", "-leading-dash", "a" * 129, "x/y", 42])
 def test_bad_name_says_what_a_name_may_hold(name: Any) -> None:
     with pytest.raises(InvalidEndpointError) as info:
         Endpoint(name=name, gpu=GpuGroup.ANY)
@@ -204,7 +206,7 @@ def test_defaults_match_flash() -> None:
     assert spec.scaler_type is ServerlessScalerType.QUEUE_DELAY
     assert spec.scaler_value == 4
     assert spec.candidates == (ANY_GPU,)
-    assert spec.cpu is None and spec.uses_gpu
+    assert spec.cpu == () and spec.uses_gpu
     assert spec.env == {} and spec.dependencies == () and spec.system_dependencies == ()
     assert spec.kind == "function" and spec.methods == ()
 
@@ -262,7 +264,7 @@ def test_cpu_endpoint_has_no_gpu_candidates() -> None:
     spec = spec_of(name="ep", cpu="cpu3c-1-2")
 
     assert spec.candidates == ()
-    assert spec.cpu == "cpu3c-1-2"
+    assert spec.cpu == ("cpu3c-1-2",)
     assert not spec.uses_gpu
     assert spec.describe_gpu() == "cpu=cpu3c-1-2"
 

@@ -309,10 +309,10 @@ def test_legacy_resource_maps_onto_endpoint_options(fresh_warnings: None) -> Non
     }
     with pytest.deprecated_call():
         cpu = CpuLiveServerless(name="cpu")
-    assert cpu.endpoint_options() == {"name": "cpu", "cpu": CpuInstanceType.CPU3G_2_8}
+    assert cpu.endpoint_options() == {"name": "cpu", "cpu": [CpuInstanceType.CPU3G_2_8]}
     with pytest.deprecated_call():
         cpu2 = CpuServerlessEndpoint(name="cpu2", instanceIds=[CpuInstanceType.CPU3C_1_2], workersMin=1)
-    assert cpu2.endpoint_options() == {"name": "cpu2", "cpu": CpuInstanceType.CPU3C_1_2, "workers": (1, 1)}
+    assert cpu2.endpoint_options() == {"name": "cpu2", "cpu": [CpuInstanceType.CPU3C_1_2], "workers": (1, 1)}
     with pytest.raises(TypeError, match="unknown field 'gpuz'"):
         LiveServerless(name="x", gpuz=[])
     with pytest.raises(TypeError, match="name is required"):
@@ -352,7 +352,7 @@ def test_remote_on_a_cpu_config(fresh_warnings: None) -> None:
         async def work(x: int) -> int:
             return x
 
-    assert work.spec.cpu == "cpu3c-2-4"
+    assert work.spec.cpu == ("cpu3c-2-4",)
     assert not work.spec.uses_gpu
 
 

@@ -37,16 +37,8 @@ PENDING_NAMES = {
     "EndpointJob": "issue 11 'client shapes', pending: Flash's job handle (runsync/wait/cancel return it)",
 }
 
-#: Flash's Endpoint parameters flashpoint does not accept yet
-PENDING_ENDPOINT_OPTIONS = {
-    "accelerate_downloads": "point 2, pending",
-    "volume": "point 2, pending",
-    "datacenter": "point 2, pending",
-    "flashboot": "point 2, pending",
-    "image": "point 2, pending",
-    "template": "point 2, pending",
-    "min_cuda_version": "point 2, pending",
-}
+#: Flash's Endpoint parameters flashpoint does not accept yet (none: every one is accepted)
+PENDING_ENDPOINT_OPTIONS: dict[str, str] = {}
 
 #: flashpoint's own Endpoint options, beside Flash's
 FLASHPOINT_ONLY_OPTIONS = {

@@ -121,6 +121,15 @@ class Endpoint:
             if "name" in options:
                 raise InvalidEndpointError("Endpoint: name given twice, positionally and as name=; keep one")
             options["name"] = name
+        if options.get("image") is not None:
+            raise InvalidEndpointError(
+                f"Endpoint: image={options['image']!r} deploys a container image in Runpod's cloud; flashpoint runs "
+                "workers on your own machines: run the image's worker as a local command with "
+                "worker_command=[...], e.g. Endpoint(name='vllm', gpu=GpuGroup.ANY, worker_command=['python', "
+                "'-m', 'my_handler']) (any program speaking Runpod's worker protocol, such as a "
+                "runpod.serverless.start handler)"
+            )
+        options.pop("image", None)
         if options.get("id") is not None:
             return _client_for(options)
         options.pop("id", None)
@@ -132,7 +141,7 @@ class Endpoint:
                 "Endpoint: worker_cwd is the working directory of worker_command; give worker_command too"
             )
         self = super().__new__(cls)
-        self.spec = build_spec(options)
+        self.spec = build_spec(options, named_later=True)
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -140,21 +149,27 @@ class Endpoint:
         return _endpoint_with_spec, (self.spec,)
 
     def __call__(self, target: Any) -> Any:
+        spec = self.spec if self.spec.name else _named_after(self.spec, target)
         if inspect.isclass(target):
             methods = public_methods(target)
             if not methods:
                 raise invalid(
-                    self.spec.name,
+                    spec.name,
                     f"class {target.__name__} has no public method to call; add e.g. "
                     "`async def predict(self, data): ...`",
                 )
-            spec = _replace(self.spec, kind="class", methods=methods)
-            return _join(EndpointClass(spec, target))
-        if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
-            return _join(EndpointFunction(self.spec, target))
+            return _join(EndpointClass(_replace(spec, kind="class", methods=methods), target))
         if inspect.isfunction(target) or inspect.iscoroutinefunction(target) or inspect.ismethod(target):
-            return _join(EndpointFunction(self.spec, target))
-        raise invalid(self.spec.name, f"@Endpoint decorates a function or a class, not {type(target).__name__}")
+            return _join(EndpointFunction(spec, target))
+        raise invalid(spec.name or None, f"@Endpoint decorates a function or a class, not {type(target).__name__}")
+
+
+def _named_after(spec: EndpointSpec, target: Any) -> EndpointSpec:
+    """An ``@Endpoint(...)`` without ``name=`` is named after what it decorates, as Flash names it."""
+    derived = getattr(target, "__name__", None)
+    if not isinstance(derived, str) or not NAME.match(derived):
+        raise invalid(None, f"cannot name an endpoint after {target!r}; pass name='...'")
+    return _replace(spec, name=derived)
 
 
 def _endpoint_with_spec(spec: EndpointSpec) -> Endpoint:

@@ -6,6 +6,7 @@ Everything an ``@Endpoint(...)`` call says is checked here, at decoration time, 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import math
 import re
@@ -15,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from flashpoint.errors import InvalidEndpointError, UnknownGPUError
+from flashpoint.flashtypes import CpuInstanceType, CudaVersion, DataCenter, NetworkVolume, PodTemplate, cuda_tuple
 from flashpoint.gpus import Candidate, GpuGroup, candidates, describe
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -33,9 +35,18 @@ OPTIONS = (
     "system_dependencies",
     "scaler_type",
     "scaler_value",
+    "accelerate_downloads",
+    "volume",
+    "datacenter",
+    "flashboot",
+    "image",
+    "template",
+    "min_cuda_version",
     "worker_command",
     "worker_cwd",
 )
+#: a volume's directory name, a datacenter label: no path separators, no dot-only names
+LABEL = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class ServerlessScalerType(str, Enum):
@@ -57,7 +68,8 @@ class EndpointSpec:
     name: str
     #: ordered GPU candidates (empty for cpu endpoints)
     candidates: tuple[Candidate, ...]
-    cpu: str | None = None
+    #: ordered CPU instance types (``CpuInstanceType`` values such as "cpu3c-2-4"); empty for a GPU endpoint
+    cpu: tuple[str, ...] = ()
     gpu_count: int = 1
     workers_min: int = 0
     workers_max: int = 1
@@ -73,14 +85,25 @@ class EndpointSpec:
     kind: str = "function"
     #: public method names of a class endpoint, in definition order
     methods: tuple[str, ...] = ()
+    #: ``datacenter=``: nodes whose ``datacenter`` label is one of these (empty: any node)
+    datacenters: tuple[str, ...] = ()
+    #: ``min_cuda_version=``: the lowest driver CUDA version a node needs for this GPU endpoint ("12.8"), or None
+    min_cuda_version: str | None = None
+    #: ``volume=``: persistent directories on the host, seen by workers at /runpod-volume where possible
+    volumes: tuple[NetworkVolume, ...] = ()
+    #: ``template=``: its env is merged into ``env``; the rest (image, disk, ports) is cloud-only, kept for explain
+    template: PodTemplate | None = None
+    #: Flash's cloud knobs, accepted with no local effect (explain says so when they are set to a non-default)
+    flashboot: bool = True
+    accelerate_downloads: bool = True
 
     @property
     def uses_gpu(self) -> bool:
-        return self.cpu is None
+        return not self.cpu
 
     def describe_gpu(self) -> str:
         if not self.uses_gpu:
-            return f"cpu={self.cpu}"
+            return "cpu=" + " > ".join(self.cpu)
         return " > ".join(describe(c) for c in self.candidates) + (
             f" (x{self.gpu_count})" if self.gpu_count > 1 else ""
         )
@@ -130,29 +153,125 @@ def _strings(name: str | None, option: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def build_spec(options: dict[str, Any]) -> EndpointSpec:
+def _cpu(name: str | None, value: Any) -> tuple[str, ...]:
+    """``cpu=`` as Flash takes it: an instance type (``CpuInstanceType`` or its string) or a list of them, an ordered
+    fallback; duplicates dropped."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    if not items:
+        raise invalid(name, "cpu=[] lists no instance type; e.g. cpu=CpuInstanceType.CPU3C_2_4 or cpu='cpu3c-2-4'")
+    types: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise invalid(
+                name, f"cpu takes CpuInstanceType values or their strings, e.g. cpu='cpu3c-2-4'; got {item!r}"
+            )
+        try:
+            instance = CpuInstanceType(item.strip().lower()).value
+        except ValueError:
+            known = [t.value for t in CpuInstanceType]
+            close = difflib.get_close_matches(item.strip().lower(), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise invalid(name, f"unknown CPU instance type {item!r}; {hint}known: {', '.join(known)}") from None
+        if instance not in types:
+            types.append(instance)
+    return tuple(types)
+
+
+def _datacenters(name: str | None, value: Any) -> tuple[str, ...]:
+    """``datacenter=``: a ``DataCenter``, its string, a node label of the user's own, or a list of those."""
+    if value is None:
+        return ()
+    items = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
+    found: list[str] = []
+    for item in items:
+        if not isinstance(item, str) or not LABEL.match(item.strip()):
+            raise invalid(
+                name,
+                "datacenter takes DataCenter values or datacenter labels (letters, digits, '.', '_', '-'), "
+                f"e.g. datacenter=DataCenter.EU_RO_1 or datacenter='rack-a'; got {item!r}",
+            )
+        try:
+            label = DataCenter.from_string(item).value
+        except ValueError:
+            label = item.strip()  # a datacenter of the user's own fleet
+        if label not in found:
+            found.append(label)
+    return tuple(found)
+
+
+def _cuda(name: str | None, value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value.value if isinstance(value, CudaVersion) else value
+    try:
+        if not isinstance(text, str):
+            raise ValueError(text)
+        return ".".join(str(part) for part in cuda_tuple(text))
+    except ValueError:
+        raise invalid(
+            name, f"min_cuda_version takes a CudaVersion or a version string, e.g. '12.8'; got {value!r}"
+        ) from None
+
+
+def _volumes(name: str | None, value: Any) -> tuple[NetworkVolume, ...]:
+    if value is None:
+        return ()
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    if not items:
+        raise invalid(name, "volume=[] lists no volume; e.g. volume=NetworkVolume(name='models')")
+    for item in items:
+        if not isinstance(item, NetworkVolume):
+            raise invalid(name, f"volume takes NetworkVolume(name=...) or a list of them; got {item!r}")
+        key = volume_key(item)
+        if not LABEL.match(key):
+            raise invalid(
+                name,
+                f"volume {key!r}: a volume's name is a directory name here (letters, digits, '.', '_', '-'; no "
+                "'/'), e.g. NetworkVolume(name='models')",
+            )
+    return tuple(items)
+
+
+def volume_key(volume: NetworkVolume) -> str:
+    """The name a volume is known by locally: its ``name``, else its ``id``."""
+    return (volume.name or volume.id or "").strip()
+
+
+def _flag(name: str | None, option: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise invalid(name, f"{option} must be True or False, got {value!r}")
+    return value
+
+
+def build_spec(options: dict[str, Any], *, named_later: bool = False) -> EndpointSpec:
+    """Validate ``Endpoint(...)``'s options. ``named_later``: a decorator without ``name=`` takes its target's
+    ``__name__`` (as Flash derives it) when it decorates; the spec's name is "" until then."""
     name = options.get("name")
-    if not isinstance(name, str) or not NAME.match(name):
+    if name is None and named_later:
+        name = ""
+    elif not isinstance(name, str) or not NAME.match(name):
         raise invalid(
             None,
             f"name must be a non-empty string of letters, digits, '.', '_' or '-' (at most 128), got {name!r}; "
             "e.g. @Endpoint(name='inference', gpu=GpuGroup.ANY)",
         )
-    gpu, cpu = options.get("gpu"), options.get("cpu")
-    if gpu is not None and cpu is not None:
+    shown = name or None
+    gpu, cpu_option = options.get("gpu"), options.get("cpu")
+    if gpu is not None and cpu_option is not None:
         raise invalid(
-            name, "gpu and cpu are mutually exclusive: pass gpu=... for a GPU worker or cpu=... for a CPU one"
+            shown, "gpu and cpu are mutually exclusive: pass gpu=... for a GPU worker or cpu=... for a CPU one"
         )
-    if cpu is not None and (not isinstance(cpu, str) or not cpu):
-        raise invalid(name, f"cpu must be a CPU instance type string, e.g. cpu='cpu3c-1-2'; got {cpu!r}")
+    cpu = _cpu(shown, cpu_option) if cpu_option is not None else ()
     try:
-        ordered = candidates(GpuGroup.ANY if gpu is None else gpu) if cpu is None else ()
+        ordered = candidates(GpuGroup.ANY if gpu is None else gpu) if not cpu else ()
     except UnknownGPUError as exc:
-        raise UnknownGPUError(f"Endpoint {name!r}: {exc}", name=exc.name, suggestions=exc.suggestions) from None
+        where = f"Endpoint {name!r}: " if name else "Endpoint: "
+        raise UnknownGPUError(f"{where}{exc}", name=exc.name, suggestions=exc.suggestions) from None
     except InvalidEndpointError as exc:
-        raise invalid(name, str(exc)) from None
+        raise invalid(shown, str(exc)) from None
+    name = shown
     gpu_count = _int(name, "gpu_count", options.get("gpu_count", 1), minimum=1, example="gpu_count=2")
-    if cpu is not None and "gpu_count" in options and gpu_count != 1:
+    if cpu and "gpu_count" in options and gpu_count != 1:
         raise invalid(name, "gpu_count needs a GPU endpoint; drop gpu_count or replace cpu=... with gpu=...")
     low, high = _workers(name, options.get("workers", (0, 1)))
     idle = options.get("idle_timeout", 60)
@@ -172,6 +291,12 @@ def build_spec(options: dict[str, Any]) -> EndpointSpec:
     env = {} if env is None else env
     if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise invalid(name, f"env must map strings to strings, e.g. env={{'HF_HOME': '/data'}}; got {env!r}")
+    cuda = _cuda(name, options.get("min_cuda_version"))
+    template = options.get("template")
+    if template is not None and not isinstance(template, PodTemplate):
+        raise invalid(name, f"template takes a PodTemplate(...), got {template!r}")
+    if template is not None:
+        env = {**template.env_dict, **env}  # the endpoint's own env wins over its template's
     scaler = options.get("scaler_type", ServerlessScalerType.QUEUE_DELAY)
     try:
         scaler_type = ServerlessScalerType(str(scaler).upper())
@@ -179,7 +304,7 @@ def build_spec(options: dict[str, Any]) -> EndpointSpec:
         raise invalid(name, f"scaler_type must be 'QUEUE_DELAY' or 'REQUEST_COUNT', got {scaler!r}") from None
     scaler_value = _int(name, "scaler_value", options.get("scaler_value", 4), minimum=1, example="scaler_value=4")
     return EndpointSpec(
-        name=name,
+        name=name or "",
         candidates=ordered,
         cpu=cpu,
         gpu_count=gpu_count,
@@ -193,6 +318,13 @@ def build_spec(options: dict[str, Any]) -> EndpointSpec:
         system_dependencies=_strings(name, "system_dependencies", options.get("system_dependencies")),
         scaler_type=scaler_type,
         scaler_value=scaler_value,
+        datacenters=_datacenters(name, options.get("datacenter")),
+        # Flash floors the CUDA version of GPU endpoints only: checked, then dropped for a CPU endpoint
+        min_cuda_version=None if cpu else cuda,
+        volumes=_volumes(name, options.get("volume")),
+        template=template,
+        flashboot=_flag(name, "flashboot", options.get("flashboot", True)),
+        accelerate_downloads=_flag(name, "accelerate_downloads", options.get("accelerate_downloads", True)),
     )
 
 

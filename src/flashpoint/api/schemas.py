@@ -100,7 +100,8 @@ class Endpoint(Schema):
     name: str
     gpu: str = Field(examples=["NVIDIA H200 > NVIDIA A100 80GB PCIe (x2)"])
     candidates: list[str] = Field(description="GPU models in the order they are tried")
-    cpu: str | None
+    #: the CPU instance types, in fallback order (null for a GPU endpoint)
+    cpu: list[str] | None
     gpu_count: int
     workers_min: int
     workers_max: int

@@ -101,7 +101,7 @@ def endpoint_row(ep: EndpointState, explanation: Explanation) -> dict[str, Any]:
         "name": spec.name,
         "gpu": spec.describe_gpu(),
         "candidates": [describe(c) for c in spec.candidates],
-        "cpu": spec.cpu,
+        "cpu": list(spec.cpu) or None,
         "gpuCount": spec.gpu_count,
         "workersMin": spec.workers_min,
         "workersMax": spec.workers_max,
