@@ -21,7 +21,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from flashpoint import wire
+from flashpoint import volumes, wire
 from flashpoint.backends.base import Backend, ExitCallback, Launch, LineCallback
 from flashpoint.clock import Clock
 from flashpoint.errors import BackendError, NotReadyError
@@ -105,9 +105,9 @@ class Supervisor:
             command = list(target.command)
             if command[0] in ("python", "python3"):  # the plane's interpreter: the one flashpoint is installed in
                 command[0] = self.python
-            if self.parent_pid is None:
-                return command
-            return [self.python, "-m", "flashpoint.worker.launch", "--parent", str(self.parent_pid), "--", *command]
+            # the launcher pins the command to its cores, mounts its volume and (with a parent) ties it to the plane
+            parent = [] if self.parent_pid is None else ["--parent", str(self.parent_pid)]
+            return [self.python, "-m", "flashpoint.worker.launch", *parent, "--", *command]
         if target.import_path is not None:
             return [self.python, "-m", "flashpoint.worker", "--import", target.import_path]
         path = self.code_files.get(ep.spec.name)
@@ -120,6 +120,7 @@ class Supervisor:
         model = worker.placement().gpu_model
         env = dict(self.worker_env)
         env.update(ep.spec.env)
+        env.update(volumes.worker_env(ep.spec.volumes, volumes.volumes_root()))
         env.update(
             {
                 "CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in worker.devices),

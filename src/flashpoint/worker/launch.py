@@ -1,7 +1,8 @@
-"""``python -m flashpoint.worker.launch --parent PID -- COMMAND...``: run a worker command that dies with its plane.
+"""``python -m flashpoint.worker.launch [--parent PID] -- COMMAND...``: run a worker command of the user's own.
 
-Commands of the user's own (an unmodified Runpod handler) cannot watch their parent; on Linux the kernel does it for
-them: the death signal set here survives ``exec``.
+Such commands (an unmodified Runpod handler) cannot watch their parent or set themselves up; on Linux the kernel
+watches the parent for them (the death signal set here survives ``exec``), and ``isolation.apply`` pins the process
+to its cores and mounts its volume before the ``exec`` (both survive it too).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+
+from flashpoint.worker import isolation
 
 
 def die_with_parent(parent_pid: int | None) -> None:
@@ -25,10 +28,14 @@ def die_with_parent(parent_pid: int | None) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 4 or argv[0] != "--parent" or argv[2] != "--":
-        sys.exit("usage: python -m flashpoint.worker.launch --parent PID -- COMMAND [ARG...]")
-    die_with_parent(int(argv[1]))
-    command = argv[3:]
+    parent: int | None = None
+    if len(argv) >= 2 and argv[0] == "--parent" and argv[1].isdigit():
+        parent, argv = int(argv[1]), argv[2:]
+    if len(argv) < 2 or argv[0] != "--":
+        sys.exit("usage: python -m flashpoint.worker.launch [--parent PID] -- COMMAND [ARG...]")
+    die_with_parent(parent)
+    isolation.apply()
+    command = argv[1:]
     try:
         os.execvp(command[0], command)
     except OSError as exc:

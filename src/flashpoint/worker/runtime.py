@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from flashpoint import codec, wire
 from flashpoint.context import current_job_id, reset_current_job, set_current_job
 from flashpoint.jobs import Reason
+from flashpoint.worker import isolation
 from flashpoint.worker.handler import Emit, Handler, HandlerError, error_body, load_target
 from flashpoint.worker.launch import die_with_parent
 
@@ -380,6 +381,7 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
     env = dict(os.environ if env is None else env)
     parent = env.get("FLASHPOINT_PARENT_PID")
     die_with_parent(int(parent) if parent else None)
+    isolation.apply()  # cores and volume, while this process has one thread
     for stream in (sys.stdout, sys.stderr):
         # a line holding text UTF-8 cannot carry (a lone surrogate, say from a file name) is printed escaped, not
         # turned into an error of the job that printed it

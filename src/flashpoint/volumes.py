@@ -1,0 +1,44 @@
+"""Network volumes on your own machines: Flash's ``NetworkVolume(name=...)`` is a named, persistent directory.
+
+A volume lives in ``<root>/<name>`` (``<root>`` is ``FLASHPOINT_VOLUMES_DIR``, by default
+``$FLASHPOINT_STATE_DIR/volumes``, i.e. ``~/.flashpoint/volumes``); on a cluster, point the root at a shared path
+mounted at the same place on every node. The plane tells each worker its endpoint's volumes
+(``FLASHPOINT_VOLUMES``); the worker creates the directory on first use and sees it at ``/runpod-volume`` where it
+can (``worker/isolation.py``), and always through ``FLASHPOINT_VOLUME_PATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from flashpoint.flashtypes import NetworkVolume
+from flashpoint.spec import volume_key
+
+__all__ = ["volume_dir", "volumes_root", "worker_env"]
+
+
+def volumes_root(env: Mapping[str, str] | None = None) -> Path:
+    """Where volumes live: ``FLASHPOINT_VOLUMES_DIR``, else ``$FLASHPOINT_STATE_DIR/volumes`` (``~/.flashpoint``)."""
+    env = os.environ if env is None else env
+    explicit = env.get("FLASHPOINT_VOLUMES_DIR")
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    return (Path(env.get("FLASHPOINT_STATE_DIR") or "~/.flashpoint").expanduser() / "volumes").absolute()
+
+
+def volume_dir(root: Path, volume: NetworkVolume) -> Path:
+    """The directory of ``volume`` under ``root`` (its name was checked to be one path component)."""
+    return root / volume_key(volume)
+
+
+def worker_env(volumes: Sequence[NetworkVolume], root: Path) -> dict[str, str]:
+    """The variable that tells a worker its endpoint's volumes; empty when it has none."""
+    if not volumes:
+        return {}
+    listed = [
+        {"name": volume_key(v), "datacenter": v.datacenter.value, "path": str(volume_dir(root, v))} for v in volumes
+    ]
+    return {"FLASHPOINT_VOLUMES": json.dumps(listed)}
