@@ -93,9 +93,12 @@ class EndpointSpec:
     volumes: tuple[NetworkVolume, ...] = ()
     #: ``template=``: its env is merged into ``env``; the rest (image, disk, ports) is cloud-only, kept for explain
     template: PodTemplate | None = None
-    #: Flash's cloud knobs, accepted with no local effect (explain says so when they are set to a non-default)
+    #: Flash's cloud knobs, accepted with no local effect
     flashboot: bool = True
     accelerate_downloads: bool = True
+    #: the cloud-only settings this declaration gave (``"flashboot=False"``, ``"template.imageName='x'"``): recorded,
+    #: not applied; ``explain`` lists them
+    cloud_only: tuple[str, ...] = ()
 
     @property
     def uses_gpu(self) -> bool:
@@ -325,7 +328,35 @@ def build_spec(options: dict[str, Any], *, named_later: bool = False) -> Endpoin
         template=template,
         flashboot=_flag(name, "flashboot", options.get("flashboot", True)),
         accelerate_downloads=_flag(name, "accelerate_downloads", options.get("accelerate_downloads", True)),
+        cloud_only=_cloud_only(options, template),
     )
+
+
+#: PodTemplate fields that only Runpod's cloud applies (its ``env`` reaches the workers here)
+_TEMPLATE_CLOUD_FIELDS = (
+    "imageName",
+    "containerDiskInGb",
+    "dockerArgs",
+    "ports",
+    "startScript",
+    "advancedStart",
+    "config",
+    "containerRegistryAuthId",
+    "name",
+)
+
+
+def _cloud_only(options: Mapping[str, Any], template: PodTemplate | None) -> tuple[str, ...]:
+    """The settings given that mean something only in Runpod's cloud, as ``option=value`` strings."""
+    given = [f"{option}={options[option]!r}" for option in ("flashboot", "accelerate_downloads") if option in options]
+    if template is not None:
+        default = PodTemplate()
+        given += [
+            f"template.{field}={getattr(template, field)!r}"
+            for field in _TEMPLATE_CLOUD_FIELDS
+            if getattr(template, field) != getattr(default, field)
+        ]
+    return tuple(given)
 
 
 def public_methods(cls: type) -> tuple[str, ...]:
