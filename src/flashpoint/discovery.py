@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeAlias
 
+from flashpoint import flashalias
 from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import ConfigError
 
@@ -149,12 +150,14 @@ def load_module(source: str) -> ModuleType:
     """Import ``path/to/app.py`` or ``package.module`` and return the module (registered in ``sys.modules``).
 
     A file is imported under a stable name: its stem, or its dotted name inside a package, with the import root
-    put on ``sys.path``. Loading the same file twice returns the module already loaded.
+    put on ``sys.path``. Loading the same file twice returns the module already loaded. While it imports,
+    ``runpod_flash`` is flashpoint (``flashalias``), also where runpod-flash is installed: a Flash app runs as it is.
 
     Raises:
         ConfigError: a missing file, a name that cannot be imported, or an import that failed (with its error).
     """
-    return _load_file(source) if _is_path(source) else _load_dotted(source)
+    with flashalias.installed():
+        return _load_file(source) if _is_path(source) else _load_dotted(source)
 
 
 def _endpoints_of(module: ModuleType) -> dict[str, AnyEndpoint]:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from flashpoint._version import __version__
-from flashpoint.cli import explain, gpus, serve
+from flashpoint.cli import explain, gpus, run, serve
 from flashpoint.errors import Error
 
 __all__ = ["app", "main"]
@@ -29,6 +29,7 @@ app.command("gpus")(gpus.gpus)
 app.command("explain")(explain.explain)
 app.command("serve")(serve.serve)
 app.command("ray-flags")(gpus.ray_flags)
+app.command("run", context_settings=run.CONTEXT)(run.run)
 
 
 def _version(value: bool) -> None:

@@ -20,12 +20,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from flashpoint import codec, wire
+from flashpoint import codec, flashalias, wire
 from flashpoint.jobs import Reason
 
 
 def load_target(import_path: str | None = None, pickle_file: str | None = None) -> Any:
-    """The decorated function or class itself, from ``module:qualname``, ``file.py:qualname`` or a pickle file."""
+    """The decorated function or class itself, from ``module:qualname``, ``file.py:qualname`` or a pickle file.
+
+    ``runpod_flash`` is flashpoint while the code imports or unpickles (``flashalias``), as it was where the plane
+    loaded it: a Flash app's module imports it, and cloudpickle names it in code shipped from such a module.
+    """
+    with flashalias.installed():
+        return _load(import_path, pickle_file)
+
+
+def _load(import_path: str | None, pickle_file: str | None) -> Any:
     if pickle_file is not None:
         import pickle
 
