@@ -15,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from flashpoint._version import __version__
 from flashpoint.api import errors, native
+from flashpoint.api.flashroute import FlashRoute, is_flash_call
 from flashpoint.api.limits import BodyLimit
 from flashpoint.api.metrics import PlaneMetrics, metrics_route
 from flashpoint.api.runpod import Intake, client_routes
@@ -88,11 +89,16 @@ class Dispatch:
         self.workers = Router(routes=worker_routes(plane), default=_not_found)
         clients = Router(routes=client_routes(plane, api.state.api_keys, api.state.intake), default=_not_found)
         self.clients = BodyLimit(clients, api.state.max_body_bytes)
+        # Runpod Flash's client: /v2/flash/runsync with X-Flash-Endpoint (without it, Runpod's route of "flash")
+        self.flash = BodyLimit(FlashRoute(plane, api.state.api_keys, api.state.intake), api.state.max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             if scope["type"] == "http" and scope["path"].startswith("/v2/"):
-                await (self.workers if _WORKER_PATH.match(scope["path"]) else self.clients)(scope, receive, send)
+                if is_flash_call(scope):
+                    await self.flash(scope, receive, send)
+                else:
+                    await (self.workers if _WORKER_PATH.match(scope["path"]) else self.clients)(scope, receive, send)
             else:
                 await self.api(scope, receive, send)
         except ClientDisconnect:  # the client hung up before its body arrived: nobody to answer, nothing to fix

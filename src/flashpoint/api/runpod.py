@@ -56,6 +56,11 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
     """Parse and check a /run or /runsync body, then submit it: nothing is stored unless every check passes."""
     plane.endpoint(endpoint)  # 404 before anything else
     raw = await request.body()
+    return submit_checked(plane, endpoint, parse_body(raw), intake, size=len(raw))
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """A job request's body: a UTF-8 JSON object with ``input`` (``bad_json``, ``bad_request``, ``missing_input``)."""
     try:
         data = codec.loads_bounded(raw) if raw else None
     except codec.JSONTooDeepError as exc:
@@ -68,6 +73,45 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
         raise BadInputError('the body must be a JSON object like {"input": {...}}', code="bad_request")
     if "input" not in data:
         raise BadInputError('the body has no "input"; send {"input": {...}}', code="missing_input")
+    return data
+
+
+def served_targets(intake: Intake, endpoint: str) -> list[str]:
+    """The functions and classes ``endpoint`` serves, by name, as the intake knows them (none for a command)."""
+    return sorted(key.partition("/")[2] for key in intake.checkers if key.startswith(f"{endpoint}/"))
+
+
+#: the key naming the function a job calls in Flash's generic handler; on a shared endpoint it names the target
+FUNCTION_NAME = "function_name"
+
+
+def _function_name(
+    payload: Any, meta: dict[str, Any] | None, intake: Intake, endpoint: str
+) -> tuple[Any, dict[str, Any] | None]:
+    """On an endpoint serving several functions, Flash's ``function_name`` in the input names the one to call (unless
+    ``flashpoint.target`` does): it becomes the job's target and leaves the arguments. Elsewhere it is an argument.
+    Returns the input and the metadata to use."""
+    if (meta or {}).get("target") is not None or not isinstance(payload, dict) or FUNCTION_NAME not in payload:
+        return payload, meta
+    if len(served_targets(intake, endpoint)) < 2:
+        return payload, meta
+    name = payload[FUNCTION_NAME]
+    if not isinstance(name, str):
+        raise BadInputError(f'"{FUNCTION_NAME}" must name a function of {endpoint!r}, got {name!r}', code="bad_input")
+    return {key: value for key, value in payload.items() if key != FUNCTION_NAME}, {**(meta or {}), "target": name}
+
+
+def submit_checked(
+    plane: ControlPlane,
+    endpoint: str,
+    data: dict[str, Any],
+    intake: Intake,
+    *,
+    size: int,
+    record: dict[str, Any] | None = None,
+) -> Job:
+    """Check a parsed job request (``parse_body``) and submit it; ``record`` joins the job's ``flashpoint`` metadata
+    (what the server notes about the job, never what a caller sends there)."""
     payload = data["input"]
     policy = data.get("policy")
     if policy is None:
@@ -90,21 +134,23 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
             "or start the server with --allow-pickle if every API key holder may run code there",
             code="pickle_not_allowed",
         )
+    payload, meta = _function_name(payload, meta, intake, endpoint)
     target = (meta or {}).get("target")
     # a shared endpoint's job names its function or class: one the endpoint does not serve is refused here
     checker = intake.checkers.get(endpoint if target is None else f"{endpoint}/{target}")
     if target is not None and checker is None and endpoint in intake.checkers:
-        served = sorted(key.partition("/")[2] for key in intake.checkers if key.startswith(f"{endpoint}/"))
         raise BadInputError(
-            f"endpoint {endpoint!r} serves no function or class named {target!r}; it serves: {', '.join(served)}",
+            f"endpoint {endpoint!r} serves no function or class named {target!r}; it serves: "
+            f"{', '.join(served_targets(intake, endpoint))}",
             code="bad_input",
         )
     if checker is not None and not (isinstance(payload, dict) and codec.PICKLE_KEY in payload):
         checker(payload)
     extra = {key: data[key] for key in PASSTHROUGH if key in data}
-    if meta is not None:
-        extra["flashpoint"] = {k: meta[k] for k in ("binary_ok", "init", "target") if k in meta}
-    return plane.submit(endpoint, payload, extra, execution_timeout_ms=execution_ms, ttl_ms=ttl_ms, size=len(raw))
+    if meta is not None or record:
+        extra["flashpoint"] = {k: meta[k] for k in ("binary_ok", "init", "target") if meta and k in meta}
+        extra["flashpoint"].update(record or {})
+    return plane.submit(endpoint, payload, extra, execution_timeout_ms=execution_ms, ttl_ms=ttl_ms, size=size)
 
 
 def _has_pickle(payload: Any, meta: dict[str, Any] | None) -> bool:
@@ -126,7 +172,8 @@ def _own_job(plane: ControlPlane, endpoint: str, job_id: str) -> Job:
 Handler = Callable[[Request, ControlPlane, str, Intake], Awaitable[Response]]
 
 
-def _query_ms(request: Request, name: str, default: int, low: int, high: int) -> int:
+def query_ms(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """The query parameter ``name`` in milliseconds (``default`` without it); outside ``[low, high]``: 400."""
     if not request.scope["query_string"]:  # the usual case: no query to parse
         return default
     text = request.query_params.get(name)
@@ -166,7 +213,7 @@ async def _run(request: Request, plane: ControlPlane, endpoint: str, intake: Int
 
 
 async def _runsync(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    wait = _query_ms(request, "wait", 90_000, 1000, 300_000)
+    wait = query_ms(request, "wait", 90_000, 1000, 300_000)
     job = await _job_request(request, plane, endpoint, intake)
     try:
         view = await plane.wait(job.id, wait / 1000)
@@ -180,7 +227,7 @@ async def _status(request: Request, plane: ControlPlane, endpoint: str, intake: 
 
 
 async def _stream(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    wait = _query_ms(request, "wait", 0, 0, 60_000)  # flashpoint's extension: hold for a chunk up to this long
+    wait = query_ms(request, "wait", 0, 0, 60_000)  # flashpoint's extension: hold for a chunk up to this long
     job = _own_job(plane, endpoint, request.path_params["job_id"])
     view, chunks = await plane.read_chunks(job.id, wait / 1000)
     # each chunk is {"output": ...}, with its encoding beside it when a worker sent it binary to an SDK caller
