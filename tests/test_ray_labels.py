@@ -71,7 +71,9 @@ def test_start_flags_refuse_a_node_of_two_models_or_none() -> None:
 def test_ray_flags_command_prints_the_flags() -> None:
     result = CliRunner().invoke(app, ["ray-flags", "--simulated-gpus", "NVIDIA_H200:1"])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == "--num-gpus=1 --labels=gpu-model=NVIDIA-H200,flashpoint-simulated=1"
+    assert result.output.strip() == (
+        "--num-gpus=1 --labels=gpu-model=NVIDIA-H200,flashpoint-simulated=1,cuda-version=12.8"
+    )
 
 
 def test_fleet_from_nodes_reads_count_model_and_simulation_from_labels() -> None:

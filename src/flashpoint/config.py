@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from flashpoint.errors import ConfigError
+from flashpoint.flashtypes import cuda_tuple
 
 #: the worker backends FLASHPOINT_BACKEND and ``serve --backend`` accept
 BACKENDS = ("local", "ray")
+#: the driver CUDA version simulated devices report unless FLASHPOINT_SIMULATED_CUDA says otherwise (Flash's default
+#: min_cuda_version, so a simulated fleet passes what Flash's own default would ask)
+DEFAULT_SIMULATED_CUDA = "12.8"
+#: a label value as Ray (and Kubernetes) accept it
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,14 @@ class Settings:
     worker_url: str | None = None
     #: FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS: 1 lets webhooks reach loopback, private and other non-public addresses
     allow_private_webhooks: bool = False
+    #: FLASHPOINT_CPUS: the logical CPUs CPU workers may reserve on this machine (default: the CPUs it may run on)
+    cpus: int | None = None
+    #: FLASHPOINT_MEMORY_GB: the memory CPU workers may reserve on this machine, in GB (default: its physical memory)
+    memory_gb: float | None = None
+    #: FLASHPOINT_DATACENTER: this machine's datacenter label, matched by ``datacenter=`` (default: none)
+    datacenter: str | None = None
+    #: FLASHPOINT_SIMULATED_CUDA: the driver CUDA version of simulated nodes, checked by ``min_cuda_version``
+    simulated_cuda: str = DEFAULT_SIMULATED_CUDA
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -75,6 +91,10 @@ class Settings:
             ray_ready_timeout_s=_seconds(env, "FLASHPOINT_RAY_READY_TIMEOUT_S", 60.0),
             worker_url=worker_url,
             allow_private_webhooks=_flag(env, "FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS"),
+            cpus=_cpus(env),
+            memory_gb=_memory_gb(env),
+            datacenter=_datacenter(env),
+            simulated_cuda=_cuda(env),
         )
 
 
@@ -98,3 +118,52 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     if value < 0:
         raise ConfigError(f"{name} must not be negative; got {text}")
     return value
+
+
+def _cpus(env: Mapping[str, str]) -> int | None:
+    text = (env.get("FLASHPOINT_CPUS") or "").strip()
+    if not text:
+        return None
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ConfigError(
+            f"FLASHPOINT_CPUS must be a whole number of logical CPUs that CPU workers may reserve, e.g. 8; got {text!r}"
+        )
+    return int(text)
+
+
+def _memory_gb(env: Mapping[str, str]) -> float | None:
+    text = (env.get("FLASHPOINT_MEMORY_GB") or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(
+            f"FLASHPOINT_MEMORY_GB must be the GB of memory CPU workers may reserve, e.g. 16 or 15.5; got {text!r}"
+        )
+    return value
+
+
+def _datacenter(env: Mapping[str, str]) -> str | None:
+    text = (env.get("FLASHPOINT_DATACENTER") or "").strip()
+    if not text:
+        return None
+    if not _LABEL.fullmatch(text):
+        raise ConfigError(
+            "FLASHPOINT_DATACENTER must be a label: letters, digits, '.', '_' or '-' (at most 63, starting and ending "
+            f"with a letter or digit), e.g. EU-RO-1; got {text!r}"
+        )
+    return text
+
+
+def _cuda(env: Mapping[str, str]) -> str:
+    text = (env.get("FLASHPOINT_SIMULATED_CUDA") or "").strip()
+    if not text:
+        return DEFAULT_SIMULATED_CUDA
+    try:
+        cuda_tuple(text)
+    except ValueError:
+        raise ConfigError(f"FLASHPOINT_SIMULATED_CUDA must be a CUDA version, e.g. 12.8; got {text!r}") from None
+    return text

@@ -23,9 +23,21 @@ class Code(str, Enum):
     START_BACKOFF = "start_backoff"
     #: the scaler has not asked for another worker yet (QUEUE_DELAY threshold not reached)
     SCALER = "scaler"
+    #: a CPU instance's vCPUs and memory exist on some node, but are reserved by CPU workers (of the endpoints named)
+    CPU_BUSY = "cpu_busy"
+    #: no node could ever hold the CPU instance (too few vCPUs or too little memory on every node)
+    CPU_TOO_LARGE = "cpu_too_large"
+    #: nodes are left out because their datacenter label is not one of the endpoint's ``datacenter=``
+    DATACENTER = "datacenter"
+    #: nodes are left out because their driver's CUDA version is below the endpoint's ``min_cuda_version`` (or unknown)
+    CUDA_VERSION = "cuda_version"
 
     def __str__(self) -> str:
         return self.value
+
+
+#: the codes that waiting does not cure: only a change of the fleet does (when every reason has one, ``never``)
+NEVER_CODES = frozenset({Code.NOT_IN_FLEET, Code.CPU_TOO_LARGE, Code.DATACENTER, Code.CUDA_VERSION})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +77,8 @@ class Explanation:
     queue_depth: int = 0
     workers: dict[str, int] = field(default_factory=dict)
     fleet: str = ""
+    #: what the endpoint's options do not do on this fleet, in words (e.g. a datacenter no node label can match)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +92,7 @@ class Explanation:
             "workers": dict(self.workers),
             "fleet": self.fleet,
             "reasons": [r.to_json() for r in self.reasons],
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -96,6 +111,7 @@ class Explanation:
             queue_depth=data.get("queueDepth", 0),
             workers=dict(data.get("workers", {})),
             fleet=data.get("fleet", ""),
+            notes=tuple(data.get("notes", ())),
         )
 
     def __str__(self) -> str:
@@ -104,6 +120,7 @@ class Explanation:
         if self.position is not None:
             lines.append(f"  position {self.position} of {self.queue_depth} in the queue of {self.endpoint}")
         lines.extend(f"  - {reason}" for reason in self.reasons)
+        lines.extend(f"  note: {note}" for note in self.notes)
         if self.fleet:
             lines.append(f"  fleet: {self.fleet}")
         return "\n".join(lines)

@@ -10,14 +10,23 @@ Three forms, all giving devices with ``simulated=True`` (the only fake in flashp
 
       [[node]]
       name = "rack1-a"                       # required
-      gpus = { NVIDIA_H200 = 8 }             # required: MODEL = COUNT, or the string "MODEL:COUNT,..."
-      labels = { zone = "eu-1" }             # optional, strings; shown, not matched on (yet)
+      gpus = { NVIDIA_H200 = 8 }             # MODEL = COUNT, or the string "MODEL:COUNT,..."; omit for a CPU-only node
+      labels = { datacenter = "EU-RO-1" }    # optional, strings; ``datacenter`` is matched by ``datacenter=``
       count = 10                             # optional: 10 such nodes, rack1-a-0 .. rack1-a-9
+      cpus = 32                              # optional: logical CPUs CPU workers may reserve (default: this machine's)
+      memory_gb = 256                        # optional: memory CPU workers may reserve (default: this machine's)
+      cuda = "12.4"                          # optional: the driver's CUDA version (default: FLASHPOINT_SIMULATED_CUDA)
 
 MODEL is anything ``gpus.parse_gpu`` resolves to one model: a GpuType member name, an NVML name, a short name.
 A node's devices are numbered from 0 in the order written. ``count = N`` (or ``NAME*N``) with N > 1 names the
 nodes ``NAME-0`` .. ``NAME-<N-1>``, the number zero-padded to the width of N-1 so that names sort in order
 (``count = 12`` gives ``r-00`` .. ``r-11``); N = 1 keeps the name as written.
+
+Every node also has node facts (``scheduler.inventory.Node``): what a node does not declare it takes from ``host``,
+this machine's facts as the caller passes them (``fleet.host_node``: its CPUs and memory, or FLASHPOINT_CPUS and
+FLASHPOINT_MEMORY_GB; FLASHPOINT_DATACENTER as a ``datacenter`` label under the node's own labels; the simulated
+CUDA version). The one-line forms declare none, so their nodes are all like this machine. Every node of a described
+fleet is ``simulated``.
 
 Service module: imports only the domain layer and ``scheduler.inventory``.
 """
@@ -25,6 +34,7 @@ Service module: imports only the domain layer and ``scheduler.inventory``.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -32,11 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flashpoint.config import DEFAULT_SIMULATED_CUDA
 from flashpoint.errors import ConfigError, UnknownGPUError
+from flashpoint.flashtypes import cuda_tuple
 from flashpoint.gpus import MODELS, GpuGroup, GPUModel, GpuType, model_of, parse_gpu, pool_models
-from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.inventory import Device, Fleet, Node
 
 __all__ = [
+    "NO_HOST",
     "SimulatedFleet",
     "bench_fleet",
     "is_file_reference",
@@ -51,10 +64,14 @@ _DEVICES = "MODEL:COUNT[,MODEL:COUNT...], e.g. 'NVIDIA_H200:1,NVIDIA_A100_80GB_P
 _NODES = "NODE=MODEL:COUNT[,...][;NODE=...], e.g. 'a=NVIDIA_H200:8;b*2=NVIDIA_A100_80GB_PCIe:4'"
 _ONE_LINE = f"{_DEVICES}; or, for several nodes, {_NODES}; or @fleet.toml"
 _FILE = (
-    '[[node]] tables with name = "rack1-a", gpus = { NVIDIA_H200 = 8 } (or gpus = "MODEL:COUNT,..."), '
-    'and optionally count = N and labels = { zone = "eu-1" }'
+    '[[node]] tables with name = "rack1-a", gpus = { NVIDIA_H200 = 8 } (or gpus = "MODEL:COUNT,..."; none for a '
+    'CPU-only node), and optionally count = N, labels = { datacenter = "EU-RO-1" }, cpus = N, memory_gb = M and '
+    'cuda = "12.8"'
 )
-_NODE_KEYS = ("name", "gpus", "count", "labels")
+_NODE_KEYS = ("name", "gpus", "count", "labels", "cpus", "memory_gb", "cuda")
+
+#: the node facts of a fleet described without a host: no CPU capacity, the default simulated CUDA version
+NO_HOST = Node("", cuda=DEFAULT_SIMULATED_CUDA)
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -70,16 +87,24 @@ def _at(prefix: str, exc: _Bad) -> _Bad:
 
 @dataclass(frozen=True, slots=True)
 class SimulatedFleet:
-    """A described fleet: its devices in the order written, and the labels of the nodes that have any."""
+    """A described fleet: its devices in the order written, the labels of the nodes that have any, and every node's
+    facts (CPUs, memory, CUDA version, labels), CPU-only nodes included."""
 
     devices: tuple[Device, ...]
-    #: node name -> its labels; nodes without labels are absent. Shown in the what-if; nothing matches on them yet
+    #: node name -> the labels it declares; nodes without labels are absent (shown by the what-if)
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: every node, in the order written, with its facts (what it does not declare comes from the host)
+    node_facts: tuple[Node, ...] = ()
 
     @property
     def nodes(self) -> tuple[str, ...]:
         """The node names, in the order written."""
-        return tuple(dict.fromkeys(d.node for d in self.devices))
+        return tuple(dict.fromkeys([*(n.name for n in self.node_facts), *(d.node for d in self.devices)]))
+
+    @property
+    def fleet(self) -> Fleet:
+        """Its devices and nodes, as a backend serves them."""
+        return Fleet.of(self.devices, self.node_facts)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -173,17 +198,36 @@ def _check_name(name: object) -> str:
     return name
 
 
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What a node of a fleet file declares of itself (None: the host's)."""
+
+    cpus: int | None = None
+    memory_gb: float | None = None
+    cuda: str | None = None
+
+
 class _Builder:
     """Collects nodes, refusing a name given twice."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: Node) -> None:
+        self.host = host
         self.devices: list[Device] = []
         self.labels: dict[str, dict[str, str]] = {}
+        self.nodes: list[Node] = []
         self._where: dict[str, str] = {}
 
     def add(
-        self, name: str, count: int, pairs: Sequence[tuple[GPUModel, int]], labels: dict[str, str], at: str
+        self,
+        name: str,
+        count: int,
+        pairs: Sequence[tuple[GPUModel, int]],
+        labels: dict[str, str],
+        at: str,
+        facts: _Facts = _Facts(),
     ) -> None:
+        host = self.host
+        cpus = host.cpus if facts.cpus is None else facts.cpus
         for node in _node_names(name, count):
             if node in self._where:
                 raise _Bad(f"{at}: node name {node!r} is taken already ({self._where[node]}); give each node its own")
@@ -191,9 +235,21 @@ class _Builder:
             self.devices.extend(_node_devices(node, pairs))
             if labels:
                 self.labels[node] = dict(labels)
+            self.nodes.append(
+                Node(
+                    node,
+                    cpus=cpus,
+                    memory_mb=host.memory_mb if facts.memory_gb is None else round(facts.memory_gb * 1024),
+                    cuda=host.cuda if facts.cuda is None else facts.cuda,
+                    labels={**host.labels, **labels},
+                    # the host's own core ids only when the node has as many CPUs (it is this machine, as declared)
+                    cores=host.cores if cpus == host.cpus else (),
+                    simulated=True,
+                )
+            )
 
     def fleet(self) -> SimulatedFleet:
-        return SimulatedFleet(tuple(self.devices), self.labels)
+        return SimulatedFleet(tuple(self.devices), self.labels, tuple(self.nodes))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -221,7 +277,7 @@ def parse_simulated(spec: str, *, node: str = "local") -> list[Device]:
         raise ConfigError(f"{VARIABLE}: {exc}. Expected {_DEVICES}") from None
 
 
-def parse_fleet(text: str, *, node: str = "local", where: str = VARIABLE) -> SimulatedFleet:
+def parse_fleet(text: str, *, node: str = "local", where: str = VARIABLE, host: Node = NO_HOST) -> SimulatedFleet:
     """A fleet in the one-line syntax: ``MODEL:COUNT,...`` (one node, named ``node``) or ``NODE=MODEL:COUNT,...;...``.
 
     In the several-node form each ``;``-separated part is ``NAME=MODEL:COUNT,...`` or ``NAME*N=MODEL:COUNT,...``
@@ -231,17 +287,19 @@ def parse_fleet(text: str, *, node: str = "local", where: str = VARIABLE) -> Sim
         text: the description; blank means no devices.
         node: the node name of the single-node form.
         where: where the text came from, for error messages (``FLASHPOINT_SIMULATED_GPUS``, ``--fleet``).
+        host: the facts every node takes (this machine's CPUs, memory, datacenter label, simulated CUDA version).
 
     Raises:
         ConfigError: a bad entry (as ``parse_simulated``), a part without ``NAME=``, a bad or repeated node name, a
             node without GPUs, a repeat count below 1.
     """
+    builder = _Builder(host)
     if "=" not in text and ";" not in text:
         try:
-            return SimulatedFleet(tuple(_node_devices(node, _entries(text))))
+            builder.add(node, 1, _entries(text), {}, where)
         except _Bad as exc:
             raise ConfigError(f"{where}: {exc}. Expected {_ONE_LINE}") from None
-    builder = _Builder()
+        return builder.fleet()
     try:
         for raw in text.split(";"):
             part = raw.strip()
@@ -317,6 +375,28 @@ def _file_gpus(value: object) -> list[tuple[GPUModel, int]]:
     return pairs
 
 
+def _file_cpus(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Bad(f"cpus must be a whole number of logical CPUs, e.g. cpus = 32; got {value!r}")
+    return value
+
+
+def _file_memory(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise _Bad(f"memory_gb must be a number of GB, e.g. memory_gb = 256; got {value!r}")
+    return float(value)
+
+
+def _file_cuda(value: object) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f'cuda must be a quoted version, e.g. cuda = "12.8"; got {value!r}')
+    try:
+        cuda_tuple(value)
+    except ValueError:
+        raise _Bad(f'cuda must be a CUDA version, e.g. cuda = "12.8"; got {value!r}') from None
+    return value.strip()
+
+
 def _file_labels(value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         raise _Bad(f'labels must be a table of strings, e.g. labels = {{ zone = "eu-1" }}; got {value!r}')
@@ -326,13 +406,15 @@ def _file_labels(value: object) -> dict[str, str]:
     return dict(value)
 
 
-def load_fleet(path: str | Path) -> SimulatedFleet:
-    """The fleet a TOML file describes (the format is in this module's docstring).
+def load_fleet(path: str | Path, *, host: Node = NO_HOST) -> SimulatedFleet:
+    """The fleet a TOML file describes (the format is in this module's docstring); ``host`` gives what a node does
+    not declare.
 
     Raises:
         ConfigError: a missing or unreadable file, bad TOML (with its line and column), a key other than ``node``
-            at the top or other than name/gpus/count/labels in a node (with a suggestion), a bad or repeated node
-            name, a bad model (with close matches) or count, labels that are not strings, no node at all.
+            at the top or other than name/gpus/count/labels/cpus/memory_gb/cuda in a node (with a suggestion), a bad
+            or repeated node name, a bad model (with close matches) or count, labels that are not strings, CPUs or
+            memory that are not non-negative numbers, a CUDA version that is not a quoted version, no node at all.
     """
     file = Path(path).expanduser()
     body = _toml(file)
@@ -343,7 +425,7 @@ def load_fleet(path: str | Path) -> SimulatedFleet:
         nodes = body.get("node")
         if not isinstance(nodes, list) or not nodes or not all(isinstance(n, dict) for n in nodes):
             raise _Bad("declares no node; add [[node]] tables")
-        builder = _Builder()
+        builder = _Builder(host)
         for number, table in enumerate(nodes, start=1):
             at = f"node {number}" + (f" ({table['name']!r})" if isinstance(table.get("name"), str) else "")
             try:
@@ -354,15 +436,22 @@ def load_fleet(path: str | Path) -> SimulatedFleet:
                         raise _Bad(f"unknown key {key!r}{hint} (a node has {', '.join(_NODE_KEYS)})")
                 if "name" not in table:
                     raise _Bad('has no name; add name = "rack1-a"')
-                if "gpus" not in table:
-                    raise _Bad("has no gpus; add gpus = { NVIDIA_H200 = 8 }")
                 name = _check_name(table["name"])
                 count = _file_count(table.get("count", 1), "count")
-                pairs = _file_gpus(table["gpus"])
+                pairs = _file_gpus(table["gpus"]) if "gpus" in table else []
                 labels = _file_labels(table.get("labels", {}))
+                facts = _Facts(
+                    cpus=_file_cpus(table["cpus"]) if "cpus" in table else None,
+                    memory_gb=_file_memory(table["memory_gb"]) if "memory_gb" in table else None,
+                    cuda=_file_cuda(table["cuda"]) if "cuda" in table else None,
+                )
+                if not pairs and facts.cpus is None and not host.cpus:
+                    raise _Bad(
+                        "has no gpus and no cpus; add gpus = { NVIDIA_H200 = 8 }, or cpus = N for a CPU-only node"
+                    )
             except _Bad as exc:
                 raise _at(at, exc) from None
-            builder.add(name, count, pairs, labels, at)
+            builder.add(name, count, pairs, labels, at, facts)
     except _Bad as exc:
         raise ConfigError(f"{file}: {exc}. Expected {_FILE}") from None
     return builder.fleet()
@@ -374,18 +463,19 @@ def is_file_reference(value: str) -> bool:
     return text.startswith("@") or text.casefold().endswith(".toml")
 
 
-def read_fleet(value: str, *, node: str = "local", where: str = VARIABLE) -> SimulatedFleet:
+def read_fleet(value: str, *, node: str = "local", where: str = VARIABLE, host: Node = NO_HOST) -> SimulatedFleet:
     """The fleet ``value`` describes: a file (``@path`` or ``*.toml``) or the one-line syntax (``parse_fleet``).
 
     Args:
         value: as ``FLASHPOINT_SIMULATED_GPUS`` or ``--fleet`` hold it.
         node: the node name of the single-node form ``MODEL:COUNT,...``.
         where: where the value came from, for error messages.
+        host: what a node does not declare of itself (``fleet.host_node``: this machine's facts).
     """
     text = value.strip()
     if is_file_reference(text):
-        return load_fleet(text[1:].strip() if text.startswith("@") else text)
-    return parse_fleet(text, node=node, where=where)
+        return load_fleet(text[1:].strip() if text.startswith("@") else text, host=host)
+    return parse_fleet(text, node=node, where=where, host=host)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import socket
 from flashpoint.backends.base import Backend
 from flashpoint.backends.local import LocalBackend, python_env
 from flashpoint.config import Settings
-from flashpoint.fleet import discover
+from flashpoint.fleet import discover_fleet
 
 
 def open_backend(settings: Settings, simulated: str | None) -> tuple[Backend, dict[str, str], int | None]:
@@ -24,12 +24,18 @@ def open_backend(settings: Settings, simulated: str | None) -> tuple[Backend, di
     if settings.backend == "ray":
         from flashpoint.backends.ray import RayBackend
 
-        local = [] if settings.ray_address else discover(simulated, node=settings.node)
-        backend = RayBackend(settings.ray_address, ready_timeout_s=settings.ray_ready_timeout_s, local_devices=local)
+        local = None if settings.ray_address else discover_fleet(settings, simulated)
+        backend = RayBackend(
+            settings.ray_address,
+            ready_timeout_s=settings.ray_ready_timeout_s,
+            local_devices=local.devices if local is not None else (),
+            local_node=local.nodes[0] if local is not None and local.nodes else None,
+        )
         backend.connect()
         env = python_env()
         return backend, {"PYTHONPATH": env["PYTHONPATH"], "PYTHONUNBUFFERED": "1"}, None
-    return LocalBackend(discover(simulated, node=settings.node)), python_env(), os.getpid()
+    fleet = discover_fleet(settings, simulated)
+    return LocalBackend(list(fleet.devices), list(fleet.nodes)), python_env(), os.getpid()
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

@@ -33,6 +33,11 @@ def cli_env(tmp_path: Path, gpus: str = FLEET) -> dict[str, str]:
         "FLASHPOINT_SIMULATED_GPUS": gpus,
         "FLASHPOINT_STATE_DIR": str(tmp_path / "state"),
         "FLASHPOINT_NODE": "node-a",
+        # the node's facts, declared so that output does not depend on the machine running the tests
+        "FLASHPOINT_CPUS": "3",
+        "FLASHPOINT_MEMORY_GB": "12",
+        "FLASHPOINT_SIMULATED_CUDA": "12.4",
+        "FLASHPOINT_DATACENTER": "EU-RO-1",
     }
 
 
@@ -64,12 +69,16 @@ def test_gpus_shows_the_simulated_local_fleet(tmp_path: Path) -> None:
 
     assert result.exit_code == 0, result.output
     assert "simulated via FLASHPOINT_SIMULATED_GPUS" in result.output
-    lines = [line for line in result.output.splitlines() if "node-a" in line]
+    gpu_part, node_part = result.output.split("Nodes (CPU workers reserve vCPUs and memory here)")
+    lines = [line for line in gpu_part.splitlines() if "node-a" in line]
     assert len(lines) == 3
     assert all("simulated" in line and "free" in line for line in lines)
     assert "NVIDIA H200" in lines[0] and "HOPPER_141" in lines[0] and "141 GB" in lines[0]
     assert "NVIDIA A100 80GB PCIe" in lines[1] and "AMPERE_80" in lines[1]
     assert "Per model" in result.output
+    # the node: this machine's CPUs and memory as declared, the simulated CUDA version, its datacenter label
+    (node,) = [line for line in node_part.splitlines() if "node-a" in line]
+    assert all(text in node for text in ("3 of 3 free", "12 of 12 GB free", "12.4", "datacenter=EU-RO-1", "simulated"))
 
 
 def test_gpus_json_is_parseable(tmp_path: Path) -> None:
@@ -84,6 +93,19 @@ def test_gpus_json_is_parseable(tmp_path: Path) -> None:
     assert fleet["models"] == [
         {"model": "NVIDIA H200", "recognised": True, "count": 1, "free": 1},
         {"model": "NVIDIA A100 80GB PCIe", "recognised": True, "count": 2, "free": 2},
+    ]
+    assert fleet["nodes"] == [
+        {
+            "name": "node-a",
+            "cpus": 3,
+            "memoryGb": 12.0,
+            "cuda": "12.4",
+            "labels": {"datacenter": "EU-RO-1"},
+            "simulated": True,
+            "freeCpus": 3,
+            "freeMemoryGb": 12.0,
+            "reservations": [],
+        }
     ]
 
 

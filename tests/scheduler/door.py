@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
 from flashpoint.fleetspec import parse_fleet
 from flashpoint.jobs import Job
+from flashpoint.scheduler.inventory import Node
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.records import Worker
 from flashpoint.spec import EndpointSpec, WorkerTarget
@@ -29,6 +31,8 @@ from flashpoint.store.memory import MemoryJobStore
 TARGET = WorkerTarget(import_path="tests.apps.handlers_app:echo")
 #: the base URL of the in-process clients (nothing listens there: requests go to the app through ASGI)
 BASE_URL = "http://plane"
+#: what every node of a door's fleet has unless a test says otherwise: 4 vCPUs and 16 GB for CPU workers, CUDA 12.8
+DOOR_HOST = Node("", cpus=4, memory_mb=16 * 1024, cuda="12.8")
 
 
 @dataclass
@@ -96,10 +100,23 @@ class Door:
         raise AssertionError(f"the plane holds no job-take of worker {worker.id}")
 
 
-async def open_door(fleet: str = "node-a=NVIDIA_H200:2", *, exit_on_stop: bool = True, **options: Any) -> Door:
-    """A plane on a simulated ``fleet`` (the one-line fleet syntax), started without its ticker."""
+async def open_door(
+    fleet: str = "node-a=NVIDIA_H200:2",
+    *,
+    exit_on_stop: bool = True,
+    host: Node = DOOR_HOST,
+    nodes: Sequence[Node] = (),
+    **options: Any,
+) -> Door:
+    """A plane on a simulated ``fleet`` (the one-line fleet syntax), started without its ticker. Every node of it has
+    ``host``'s facts; ``nodes`` replace the nodes of the same name, and add the others (CPU-only nodes)."""
     clock = FakeClock()
-    backend = StubBackend(parse_fleet(fleet).devices, exit_on_stop=exit_on_stop)
+    described = parse_fleet(fleet, host=host) if fleet else None
+    replaced = {n.name: n for n in nodes}
+    kept = [replaced.pop(n.name, n) for n in (described.node_facts if described else ())]
+    backend = StubBackend(
+        described.devices if described else (), nodes=[*kept, *replaced.values()], exit_on_stop=exit_on_stop
+    )
     plane = ControlPlane(MemoryJobStore(), backend, worker_secret="door", clock=clock, **options)
     await plane.start(ticking=False)
     return Door(plane, backend, clock)

@@ -45,9 +45,11 @@ def job_body(plane: ControlPlane, job_id: str) -> dict[str, Any]:
     return body
 
 
-@router.get("/fleet", response_model=schemas.Fleet, summary="The fleet's devices and who holds them")
+@router.get(
+    "/fleet", response_model=schemas.Fleet, summary="The fleet's devices and nodes, and who holds or reserves them"
+)
 async def get_fleet(plane: Plane) -> Response:
-    return json_response({"devices": plane.fleet_view(), "summary": plane.fleet_summary()})
+    return json_response({"devices": plane.fleet_view(), "nodes": plane.node_view(), "summary": plane.fleet_summary()})
 
 
 @router.get("/endpoints", response_model=schemas.Endpoints, summary="Every endpoint, its workers and why it waits")

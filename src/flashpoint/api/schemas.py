@@ -43,10 +43,34 @@ class Device(Schema):
     endpoint: str | None
 
 
+class Reservation(Schema):
+    """A CPU worker's cores and memory on a node."""
+
+    worker: str
+    endpoint: str
+    cores: list[int] = Field(description="the core ids the worker is pinned to (where this machine has them)")
+    memory_gb: float
+
+
+class Node(Schema):
+    """One node of the fleet (with GPUs or CPU-only): what CPU workers may reserve there, its CUDA version, labels."""
+
+    name: str
+    cpus: int = Field(description="logical CPUs CPU workers may reserve (FLASHPOINT_CPUS, or what the machine has)")
+    memory_gb: float = Field(description="memory CPU workers may reserve (FLASHPOINT_MEMORY_GB, or physical memory)")
+    cuda: str | None = Field(description="the driver's CUDA version, matched by min_cuda_version; null when unknown")
+    labels: dict[str, str] = Field(description="node labels; `datacenter` is matched by datacenter=")
+    simulated: bool
+    free_cpus: int
+    free_memory_gb: float
+    reservations: list[Reservation]
+
+
 class Fleet(Schema):
-    """The control plane's devices and a one-line summary."""
+    """The control plane's devices, its nodes, and a one-line summary."""
 
     devices: list[Device]
+    nodes: list[Node] = Field(default_factory=list)
     summary: str
 
 
@@ -72,6 +96,9 @@ class Explanation(Schema):
     workers: dict[str, int] = Field(description="workers of the endpoint by state (starting, idle, running, ...)")
     fleet: str
     reasons: list[WaitReason]
+    notes: list[str] = Field(
+        default_factory=list, description="what the endpoint's options do not do on this fleet, in words"
+    )
 
 
 class Placement(Schema):

@@ -6,14 +6,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.inventory import Device, Fleet, Node
 
 #: called with (worker_id, channel "stdout" or "stderr", line without newline)
 LineCallback = Callable[[str, str, str], None]
 #: called once with (worker_id, exit code) when the worker process is gone
 ExitCallback = Callable[[str, int], None]
-#: called with the whole fleet, in a stable order, whenever it changes (a node joined or left)
-FleetCallback = Callable[[list[Device]], None]
+#: called with the whole fleet (devices and nodes, in a stable order) whenever it changes (a node joined or left)
+FleetCallback = Callable[[Fleet], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,11 @@ class Launch:
     env: Mapping[str, str]
     devices: tuple[Device, ...]
     cwd: str | None = None
+    #: the node placement chose (a CPU worker's; a GPU worker's is its devices')
+    node: str = ""
+    #: a CPU worker's reserved vCPUs and memory (MiB); 0 for a GPU worker
+    cpus: int = 0
+    memory_mb: int = 0
 
 
 class Backend(Protocol):
@@ -34,7 +39,12 @@ class Backend(Protocol):
     name: str
 
     def devices(self) -> list[Device]:
-        """The fleet this backend places workers on, in a stable order."""
+        """The GPUs this backend places workers on, in a stable order."""
+        ...
+
+    def nodes(self) -> list[Node]:
+        """The nodes (GPU nodes and CPU-only ones) with their CPU capacity, CUDA version and labels, in a stable
+        order; a node a device names but this list omits has no CPU capacity and an unknown CUDA version."""
         ...
 
     def watch(self, on_change: FleetCallback) -> None:

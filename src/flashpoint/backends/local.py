@@ -8,7 +8,7 @@ import os
 from flashpoint.backends import process
 from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback
 from flashpoint.errors import BackendError
-from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.inventory import Device, Node
 
 
 class LocalBackend:
@@ -16,13 +16,18 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, devices: list[Device]) -> None:
+    def __init__(self, devices: list[Device], nodes: list[Node] | None = None) -> None:
         self._devices = devices
+        self._nodes = list(nodes or [])
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
 
     def devices(self) -> list[Device]:
         return list(self._devices)
+
+    def nodes(self) -> list[Node]:
+        """This machine (and, for a simulated fleet of several nodes, the simulated ones: their workers run here)."""
+        return list(self._nodes)
 
     async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> None:
         """Start the worker pinned (CUDA_VISIBLE_DEVICES) to the launch's devices."""

@@ -7,7 +7,10 @@ the fleet ledger, the declared fallback order and the explanations, because Ray 
 
 The fleet comes from ``ray.nodes()``: a node's exact GPU model is its ``gpu-model`` label (the NVML name with spaces
 as hyphens, printed by ``flashpoint ray-flags``); without one, Ray's coarse accelerator type stands in and is marked
-``coarse``. Ray is imported only inside functions here, so ``import flashpoint`` never loads it.
+``coarse``. Every live node is a node of the fleet, with or without GPUs: its ``CPU`` and ``memory`` resources are
+what CPU workers may reserve there, its ``datacenter`` label is matched by ``datacenter=``, and its ``cuda-version``
+label (also printed by ``flashpoint ray-flags``) by ``min_cuda_version``. Ray is imported only inside functions here,
+so ``import flashpoint`` never loads it.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ from flashpoint.backends import process
 from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback
 from flashpoint.errors import BackendError, ConfigError, NotReadyError
 from flashpoint.gpus import gpu_model_label, identify, identify_label
-from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.inventory import DATACENTER_LABEL, Device, Fleet, Node
 
 __all__ = [
+    "CUDA_LABEL",
     "GPU_MODEL_LABEL",
     "SIMULATED_LABEL",
     "RayBackend",
     "devices_from_nodes",
     "node_labels",
+    "nodes_from_ray",
     "quiet_ray",
     "start_flags",
 ]
@@ -44,6 +49,11 @@ log = logging.getLogger("flashpoint.backends.ray")
 GPU_MODEL_LABEL = "gpu-model"
 #: "1" on a node whose GPUs are simulated (declared with ``ray start --num-gpus``, no real device behind them)
 SIMULATED_LABEL = "flashpoint-simulated"
+#: the node label holding the driver's CUDA version, e.g. "12.8" (NVML's, or FLASHPOINT_SIMULATED_CUDA)
+CUDA_LABEL = "cuda-version"
+#: labels flashpoint reads for itself, not shown among a node's labels
+_OWN_LABELS = frozenset({GPU_MODEL_LABEL, SIMULATED_LABEL, CUDA_LABEL})
+_MIB = 1024 * 1024
 _NODE_ID_LABEL = "ray.io/node-id"
 _ACCELERATOR_LABEL = "ray.io/accelerator-type"
 _ACCELERATOR_RESOURCE = "accelerator_type:"
@@ -66,13 +76,23 @@ def quiet_ray() -> None:
 # labels: what `ray start` needs to describe a node, and what `ray.nodes()` tells back
 
 
-def node_labels(devices: Sequence[Device]) -> dict[str, str]:
-    """The labels that describe a node with these devices to flashpoint's Ray backend.
+def node_labels(devices: Sequence[Device], node: Node | None = None) -> dict[str, str]:
+    """The labels that describe a node with these devices (and, given ``node``, its CUDA version and datacenter) to
+    flashpoint's Ray backend.
 
     Raises:
-        ConfigError: no devices, or devices of more than one model (a Ray label names one model per node).
+        ConfigError: no devices and nothing else to say, or devices of more than one model (a Ray label names one
+            model per node).
     """
+    extra: dict[str, str] = {}
+    if node is not None:
+        if node.cuda and devices:  # CUDA matters to GPU endpoints only
+            extra[CUDA_LABEL] = node.cuda
+        if node.datacenter:
+            extra[DATACENTER_LABEL] = node.datacenter
     if not devices:
+        if extra:
+            return extra
         raise ConfigError(
             "this node has no GPUs to label (no NVIDIA driver, and FLASHPOINT_SIMULATED_GPUS is not set); "
             "start it without GPU flags, or simulate some with FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1"
@@ -86,13 +106,18 @@ def node_labels(devices: Sequence[Device]) -> dict[str, str]:
     labels = {GPU_MODEL_LABEL: gpu_model_label(names[0])}
     if any(d.simulated for d in devices):
         labels[SIMULATED_LABEL] = "1"
-    return labels
+    return {**labels, **extra}
 
 
-def start_flags(devices: Sequence[Device]) -> list[str]:
-    """The ``ray start`` flags for a node with these devices, e.g. ``--num-gpus=2 --labels=gpu-model=NVIDIA-H200``."""
-    labels = node_labels(devices)
-    return [f"--num-gpus={len(devices)}", "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items())]
+def start_flags(devices: Sequence[Device], node: Node | None = None, *, declared: bool = False) -> list[str]:
+    """The ``ray start`` flags for a node with these devices, e.g. ``--num-gpus=2 --labels=gpu-model=NVIDIA-H200``;
+    with ``node``, its CUDA version and datacenter labels too, and (``declared``: FLASHPOINT_CPUS or
+    FLASHPOINT_MEMORY_GB set) its logical CPUs and memory, so Ray's accounting is flashpoint's."""
+    labels = node_labels(devices, node)
+    flags = [f"--num-gpus={len(devices)}"]
+    if node is not None and declared:
+        flags += [f"--num-cpus={node.cpus}", f"--memory={node.memory_mb * _MIB}"]
+    return [*flags, "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items())]
 
 
 def node_name(node: Mapping[str, Any]) -> str:
@@ -148,6 +173,30 @@ def devices_from_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[Device]:
                 )
             )
     return devices
+
+
+def nodes_from_ray(nodes: Sequence[Mapping[str, Any]]) -> list[Node]:
+    """The live nodes among ``nodes`` (as ``ray.nodes()`` gives them), with or without GPUs, in the order given: their
+    ``CPU`` and ``memory`` resources (what CPU workers may reserve), their ``cuda-version`` label (None without one:
+    GPU endpoints with ``min_cuda_version`` pass such a node by), and their other labels (``datacenter`` among them;
+    Ray's own ``ray.io/`` labels and flashpoint's are left out)."""
+    found: list[Node] = []
+    for node in nodes:
+        if not node.get("Alive"):
+            continue
+        resources = node.get("Resources") or {}
+        labels = {str(k): str(v) for k, v in (node.get("Labels") or {}).items()}
+        found.append(
+            Node(
+                node_name(node),
+                cpus=int(resources.get("CPU", 0)),
+                memory_mb=int(resources.get("memory", 0)) // _MIB,
+                cuda=labels.get(CUDA_LABEL) or None,
+                labels={k: v for k, v in labels.items() if not k.startswith("ray.io/") and k not in _OWN_LABELS},
+                simulated=labels.get(SIMULATED_LABEL, "").lower() in ("1", "true", "yes"),
+            )
+        )
+    return found
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -230,14 +279,18 @@ class RayBackend:
         ready_timeout_s: float = 60.0,
         poll_s: float = 1.0,
         local_devices: Sequence[Device] = (),
+        local_node: Node | None = None,
     ) -> None:
         """``address`` is a Ray cluster's (``ray://``, ``host:port`` or ``auto``); None starts a one-node Ray here,
-        labelled from ``local_devices`` (this machine's NVML or simulated GPUs)."""
+        labelled from ``local_devices`` (this machine's NVML or simulated GPUs) and ``local_node`` (its CUDA version
+        and datacenter; its logical CPUs become the node's)."""
         self.address = address
         self.ready_timeout_s = ready_timeout_s
         self.poll_s = poll_s
         self._local = list(local_devices)
+        self._local_node = local_node
         self._devices: list[Device] = []
+        self._fleet_nodes: list[Node] = []
         self._nodes: dict[str, Mapping[str, Any]] = {}  # node name -> ray.nodes() entry
         self._first_seen: dict[str, int] = {}
         self._actors: dict[str, Any] = {}
@@ -273,7 +326,10 @@ class RayBackend:
                 if self.address:
                     ray.init(address=self.address, **options)
                 else:
-                    labels = node_labels(self._local) if self._local else None
+                    here = self._local_node
+                    labels = node_labels(self._local, here) if self._local or (here and here.datacenter) else None
+                    if here is not None:
+                        options["num_cpus"] = here.cpus
                     # "local": a new instance of our own, even where `ray start` left a cluster running on this machine
                     ray.init(address="local", num_gpus=len(self._local), labels=labels, **options)
             except ConfigError:
@@ -296,12 +352,17 @@ class RayBackend:
         live = sorted((n for n in nodes if n.get("Alive")), key=lambda n: self._first_seen[str(n["NodeID"])])
         self._nodes = {node_name(n): n for n in live}
         devices = devices_from_nodes(live)
-        changed = devices != self._devices
+        fleet_nodes = nodes_from_ray(live)
+        changed = devices != self._devices or fleet_nodes != self._fleet_nodes
         self._devices = devices
+        self._fleet_nodes = fleet_nodes
         return changed
 
     def devices(self) -> list[Device]:
         return list(self._devices)
+
+    def nodes(self) -> list[Node]:
+        return list(self._fleet_nodes)
 
     def watch(self, on_change: FleetCallback) -> None:
         self._poller = asyncio.get_running_loop().create_task(self._poll(on_change))
@@ -317,17 +378,17 @@ class RayBackend:
                 log.warning("cannot read the Ray cluster's nodes: %s", exc)
                 continue
             if self._read_fleet(nodes):
-                on_change(self.devices())
+                on_change(Fleet.of(self._devices, self._fleet_nodes))
 
     # -- workers
 
-    def _selector(self, devices: Sequence[Device]) -> dict[str, str]:
-        node = self._nodes.get(devices[0].node)
+    def _selector(self, where: str, gpus: bool) -> dict[str, str]:
+        node = self._nodes.get(where)
         if node is None:
-            raise NotReadyError(f"node {devices[0].node} has left the Ray cluster")
+            raise NotReadyError(f"node {where} has left the Ray cluster")
         selector = {_NODE_ID_LABEL: str(node["NodeID"])}
         label = (node.get("Labels") or {}).get(GPU_MODEL_LABEL)
-        if label:
+        if label and gpus:
             selector[GPU_MODEL_LABEL] = str(label)
         return selector
 
@@ -336,9 +397,13 @@ class RayBackend:
 
         if self._closed or not ray.is_initialized():  # Ray calls would start (or join) a Ray of their own
             raise BackendError(f"worker {launch.worker_id}: the Ray backend is closed")
-        options: dict[str, Any] = {"num_cpus": 0, "num_gpus": len(launch.devices), "max_restarts": 0}
-        if launch.devices:
-            options["label_selector"] = self._selector(launch.devices)
+        # a CPU worker reserves its instance's CPUs and memory in Ray too, so Ray's accounting is the ledger's
+        options: dict[str, Any] = {"num_cpus": launch.cpus, "num_gpus": len(launch.devices), "max_restarts": 0}
+        if launch.memory_mb:
+            options["memory"] = launch.memory_mb * _MIB
+        where = launch.devices[0].node if launch.devices else launch.node
+        if where:
+            options["label_selector"] = self._selector(where, bool(launch.devices))
         if self._host_class is None:
             self._host_class = ray.remote(WorkerHost)
         actor = self._host_class.options(**options).remote()
@@ -351,7 +416,7 @@ class RayBackend:
             )
         except asyncio.TimeoutError:
             _kill(actor)
-            where = f"{launch.devices[0].node}" if launch.devices else "any node"
+            where = where or "any node"
             raise NotReadyError(
                 f"worker {launch.worker_id}: Ray did not start its actor on {where} within {self.ready_timeout_s:g}s "
                 "(the node may be gone, or its GPUs in use outside flashpoint)"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback
 from flashpoint.errors import BackendError
-from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.inventory import Device, Fleet, Node
 
 
 @dataclass(slots=True)
@@ -35,8 +35,11 @@ class StubBackend:
 
     name = "stub"
 
-    def __init__(self, devices: Sequence[Device] = (), *, exit_on_stop: bool = True) -> None:
+    def __init__(
+        self, devices: Sequence[Device] = (), *, nodes: Sequence[Node] = (), exit_on_stop: bool = True
+    ) -> None:
         self._devices = list(devices)
+        self._nodes = list(nodes)
         self.exit_on_stop = exit_on_stop
         #: every worker ever started, by id, in start order
         self.workers: dict[str, StubWorker] = {}
@@ -51,6 +54,9 @@ class StubBackend:
 
     def devices(self) -> list[Device]:
         return list(self._devices)
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes)
 
     def watch(self, on_change: FleetCallback) -> None:
         self._on_change = on_change
@@ -102,8 +108,13 @@ class StubBackend:
         """The worker prints ``text`` on ``channel`` ("stdout" or "stderr")."""
         self.workers[worker_id].on_line(worker_id, channel, text)
 
-    def change_fleet(self, devices: Sequence[Device]) -> None:
-        """A node joins or leaves: the plane hears of the new fleet as from a real cluster."""
+    def change_fleet(self, devices: Sequence[Device], nodes: Sequence[Node] | None = None) -> None:
+        """A node joins or leaves: the plane hears of the new fleet as from a real cluster. Without ``nodes``, the
+        nodes described before that some device still names stay described."""
+        if nodes is None:
+            named = {d.node for d in devices}
+            nodes = [n for n in self._nodes if n.name in named]
         self._devices = list(devices)
+        self._nodes = list(nodes)
         if self._on_change is not None:
-            self._on_change(list(devices))
+            self._on_change(Fleet.of(self._devices, self._nodes))

@@ -15,9 +15,9 @@ from rich.table import Table
 from flashpoint.cli.live import LivePlane, Unreachable, live_planes
 from flashpoint.cli.output import console, device_row, model_summary, print_json
 from flashpoint.config import Settings
-from flashpoint.fleet import discover
+from flashpoint.fleet import discover_fleet
 from flashpoint.gpus import MODELS, GpuGroup, pool_models
-from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.inventory import Fleet, Node
 
 
 def gpus(
@@ -26,7 +26,8 @@ def gpus(
         bool, typer.Option("--catalog", help="Print the GpuType / GpuGroup catalog instead of this machine's GPUs.")
     ] = False,
 ) -> None:
-    """Show the GPUs flashpoint would use here, and who holds them.
+    """Show the GPUs flashpoint would use here, and who holds them; and the nodes, with the vCPUs and memory CPU
+    workers may reserve, their CUDA version and labels.
 
     With a flashpoint process running on this machine, shows its fleet and the worker holding each device.
 
@@ -46,12 +47,10 @@ def gpus(
     source = "live"
     if not fleets and settings.backend == "ray" and settings.ray_address:
         source = "ray"
-        rows = [device_row(d) for d in _ray_fleet(settings)]
-        fleets.append({"pid": None, "url": settings.ray_address, "devices": rows, "models": model_summary(rows)})
+        fleets.append(_fleet_body(_ray_fleet(settings), settings.ray_address))
     if not fleets:
         source = "local"
-        rows = [device_row(d) for d in discover(settings.simulated_gpus, node=settings.node)]
-        fleets.append({"pid": None, "url": None, "devices": rows, "models": model_summary(rows)})
+        fleets.append(_fleet_body(discover_fleet(settings, settings.simulated_gpus), None))
     if as_json:
         print_json({"source": source, "fleets": fleets})
         return
@@ -69,13 +68,29 @@ def gpus(
             title = f"GPUs of flashpoint process {fleet['pid']} ({fleet['url']})"
         if not rows:
             out.print(f"{title}: none. Set FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1 to simulate some.")
-            continue
-        out.print(device_table(title, rows))
-        out.print(summary_table(fleet["models"]))
+        else:
+            out.print(device_table(title, rows))
+            out.print(summary_table(fleet["models"]))
+        if fleet.get("nodes"):
+            out.print(node_table(fleet["nodes"]))
 
 
-def _ray_fleet(settings: Settings) -> list[Device]:
-    """The devices of the Ray cluster FLASHPOINT_RAY_ADDRESS names, as the Ray backend would see them."""
+def _fleet_body(fleet: Fleet, url: str | None) -> dict[str, Any]:
+    rows = [device_row(d) for d in fleet.devices]
+    return {"pid": None, "url": url, "devices": rows, "models": model_summary(rows), "nodes": _node_rows(fleet.nodes)}
+
+
+def _node_rows(nodes: Sequence[Node]) -> list[dict[str, Any]]:
+    """Nodes as ``GET /v1/fleet`` shows them, with nothing reserved (nothing runs outside a control plane)."""
+    rows = []
+    for node in nodes:
+        row = node.to_json()
+        rows.append({**row, "freeCpus": node.cpus, "freeMemoryGb": row["memoryGb"], "reservations": []})
+    return rows
+
+
+def _ray_fleet(settings: Settings) -> Fleet:
+    """The devices and nodes of the Ray cluster FLASHPOINT_RAY_ADDRESS names, as the Ray backend would see them."""
     import ray
 
     from flashpoint.backends.ray import RayBackend
@@ -83,7 +98,7 @@ def _ray_fleet(settings: Settings) -> list[Device]:
     backend = RayBackend(settings.ray_address)
     backend.connect()
     try:
-        return backend.devices()
+        return Fleet.of(backend.devices(), backend.nodes())
     finally:
         ray.shutdown()
 
@@ -97,13 +112,17 @@ def ray_flags(
     """Print the `ray start` flags that describe this node's GPUs to flashpoint's Ray backend.
 
     The GPU count and a gpu-model label holding the exact NVML name (spaces as hyphens), read from NVML, or from
-    FLASHPOINT_SIMULATED_GPUS. Use it as: ray start --address=HEAD:6379 $(flashpoint ray-flags)
+    FLASHPOINT_SIMULATED_GPUS; the driver's CUDA version (cuda-version) and FLASHPOINT_DATACENTER (datacenter) as
+    labels; and, when FLASHPOINT_CPUS or FLASHPOINT_MEMORY_GB declare them, --num-cpus and --memory.
+    Use it as: ray start --address=HEAD:6379 $(flashpoint ray-flags)
     """
     from flashpoint.backends.ray import start_flags
 
     settings = Settings.load()
-    devices = discover(simulated_gpus or settings.simulated_gpus, node=settings.node)
-    print(" ".join(start_flags(devices)))
+    fleet = discover_fleet(settings, simulated_gpus or settings.simulated_gpus)
+    node = next((n for n in fleet.nodes if n.name == settings.node), fleet.nodes[0] if fleet.nodes else None)
+    declared = settings.cpus is not None or settings.memory_gb is not None
+    print(" ".join(start_flags(fleet.devices, node, declared=declared)))
 
 
 def _plane_fleet(plane: LivePlane) -> dict[str, Any] | None:
@@ -115,7 +134,13 @@ def _plane_fleet(plane: LivePlane) -> dict[str, Any] | None:
     if body is None:
         return None
     rows: list[dict[str, Any]] = body["devices"]
-    return {"pid": plane.pid, "url": plane.url, "devices": rows, "models": model_summary(rows)}
+    return {
+        "pid": plane.pid,
+        "url": plane.url,
+        "devices": rows,
+        "models": model_summary(rows),
+        "nodes": body.get("nodes", []),
+    }
 
 
 def _model_label(row: dict[str, Any]) -> str:
@@ -142,6 +167,28 @@ def device_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
             f"{row['vramGb']} GB",
             "simulated" if row["simulated"] else "real",
             status,
+        )
+    return table
+
+
+def node_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """The nodes: what CPU workers may reserve there and what is free, the driver's CUDA version, the labels."""
+    table = Table(title="Nodes (CPU workers reserve vCPUs and memory here)", title_justify="left")
+    for column in ("node", "vCPUs", "memory", "CUDA", "labels", "kind", "CPU workers"):
+        table.add_column(column, justify="right" if column in ("vCPUs", "memory") else "left")
+    for row in rows:
+        held = [
+            f"{r['endpoint']} (worker {r['worker']}, cores {','.join(map(str, r['cores']))})"
+            for r in row["reservations"]
+        ]
+        table.add_row(
+            str(row["name"]),
+            f"{row['freeCpus']} of {row['cpus']} free",
+            f"{row['freeMemoryGb']:g} of {row['memoryGb']:g} GB free",
+            row["cuda"] or "unknown",
+            ", ".join(f"{k}={v}" for k, v in row["labels"].items()) or "-",
+            "simulated" if row["simulated"] else "real",
+            "; ".join(held) or "-",
         )
     return table
 

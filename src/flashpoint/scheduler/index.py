@@ -20,6 +20,11 @@ tests/scheduler/test_index.py:
   the number held by holder ``h`` (never 0: who holds nothing there is dropped), so "held by ..." texts read the
   first instead of the devices, and the reclaim path asks about the holders of the second;
 - ``index._by_holder[h]`` lists the fleet positions ``h`` holds, so a holder that may yield leads to its groups.
+
+The index also owns the fleet's nodes (``nodes``, a ``NodeLedger``): CPU reservations, node facts and which nodes
+an endpoint's filters leave it. The questions placement asks take ``allowed`` (node names) for an endpoint with
+node filters: without it they answer from the counts above; with it they walk the key's groups in fleet order and
+skip the nodes left out (the slower path, for filtered endpoints only).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from flashpoint.gpus import AnyGPU, Candidate, GPUModel
-from flashpoint.scheduler.inventory import Device, Holder
+from flashpoint.scheduler.inventory import Device, Fleet, Holder, Node
+from flashpoint.scheduler.nodes import NodeLedger
 
 __all__ = ["FleetIndex"]
 
@@ -65,13 +71,28 @@ class _Key:
 class FleetIndex:
     """The fleet in fleet order, who holds which device, and per model and node how many are free."""
 
-    __slots__ = ("_any", "_by_holder", "_coarse", "_devices", "_held", "_holders", "_models", "_position", "_where")
+    __slots__ = (
+        "_any",
+        "_by_holder",
+        "_coarse",
+        "_devices",
+        "_held",
+        "_holders",
+        "_models",
+        "_position",
+        "_where",
+        "nodes",
+    )
 
-    def __init__(self, devices: Sequence[Device] = ()) -> None:
+    def __init__(self, devices: Sequence[Device] = (), nodes: Sequence[Node] = ()) -> None:
+        """The fleet's ``devices`` in fleet order, and its ``nodes`` (``Fleet.of`` adds a bare node for each node a
+        device names that ``nodes`` does not describe)."""
         self._build(devices)
         self._holders: dict[tuple[str, int], Holder] = {}
         #: the fleet positions each holder holds, for the reclaim path
         self._by_holder: dict[Holder, list[int]] = {}
+        #: the nodes and the CPU reservations on them
+        self.nodes = NodeLedger(Fleet.of(self._devices, nodes).nodes)
 
     def _build(self, devices: Sequence[Device]) -> None:
         self._devices = tuple(devices)
@@ -151,9 +172,10 @@ class FleetIndex:
         """Whether the fleet has a device with this one's key (node, index)."""
         return isinstance(device, Device) and device.key in self._position
 
-    def replace(self, devices: Sequence[Device]) -> None:
+    def replace(self, devices: Sequence[Device], nodes: Sequence[Node] = ()) -> None:
         """A new fleet (a node joined or left): holders of devices still in it (by node and index) are kept, the
-        others dropped."""
+        others dropped; so are CPU reservations on nodes still in it (``NodeLedger.replace``)."""
+        self.nodes.replace(Fleet.of(devices, nodes).nodes)
         holders = self._holders
         self._build(devices)
         self._holders = {}
@@ -247,7 +269,8 @@ class FleetIndex:
                 del key.holders[holder]
 
     def verify(self) -> None:
-        """Recount everything the index keeps from who holds each device, and compare (O(fleet)): for tests.
+        """Recount everything the index keeps from who holds each device, and compare (O(fleet)); the same for the
+        node ledger's reservations: for tests.
 
         Raises:
             AssertionError: a kept count differs from the recount; the message names it.
@@ -276,52 +299,76 @@ class FleetIndex:
             _same("buckets", key.buckets, buckets)
             _same("devices held per endpoint", key.endpoints, endpoints)
             _same("devices held per holder", key.holders, counts)
+        self.nodes.verify()
 
     # ----------------------------------------------------------------------------------------------------------------
     # what placement asks
 
-    def largest(self, candidate: Candidate) -> int:
-        """The most devices matching ``candidate`` of one model on one node (0 when the fleet has none)."""
-        key = self._key(candidate)
-        return key.largest if key is not None else 0
-
-    def most_free(self, candidate: Candidate) -> int:
-        """The most free devices matching ``candidate`` of one model on one node."""
+    def largest(self, candidate: Candidate, allowed: Collection[str] | None = None) -> int:
+        """The most devices matching ``candidate`` of one model on one node (in ``allowed``); 0 when there are none."""
         key = self._key(candidate)
         if key is None:
             return 0
+        if allowed is not None:
+            return max((len(g.slots) for g in key.groups if g.node in allowed), default=0)
+        return key.largest
+
+    def most_free(self, candidate: Candidate, allowed: Collection[str] | None = None) -> int:
+        """The most free devices matching ``candidate`` of one model on one node (in ``allowed``)."""
+        key = self._key(candidate)
+        if key is None:
+            return 0
+        if allowed is not None:
+            return max((g.free for g in key.groups if g.node in allowed), default=0)
         buckets = key.buckets
         for count in range(len(buckets) - 1, 0, -1):
             if buckets[count]:
                 return count
         return 0
 
-    def holding_endpoints(self, candidate: Candidate) -> list[str]:
-        """The endpoints holding devices that match ``candidate``, sorted."""
+    def holding_endpoints(self, candidate: Candidate, allowed: Collection[str] | None = None) -> list[str]:
+        """The endpoints holding devices that match ``candidate`` (on nodes in ``allowed``), sorted."""
         key = self._key(candidate)
-        return sorted(key.endpoints) if key is not None else []
+        if key is None:
+            return []
+        if allowed is None:
+            return sorted(key.endpoints)
+        held = self._held
+        return sorted(
+            {h.endpoint for g in key.groups if g.node in allowed for p in g.slots if (h := held[p]) is not None}
+        )
 
     def coarse_devices(self) -> tuple[Device, ...]:
         """The unrecognised devices whose model came from a coarse name, in fleet order."""
         return self._coarse
 
-    def fit_free(self, candidate: Candidate, gpu_count: int) -> tuple[str, tuple[Device, ...]] | None:
-        """The first group in fleet order with ``gpu_count`` free devices matching ``candidate``: its node and its
-        first ``gpu_count`` free devices in fleet order."""
+    def fit_free(
+        self, candidate: Candidate, gpu_count: int, allowed: Collection[str] | None = None
+    ) -> tuple[str, tuple[Device, ...]] | None:
+        """The first group in fleet order (on a node in ``allowed``) with ``gpu_count`` free devices matching
+        ``candidate``: its node and its first ``gpu_count`` free devices in fleet order."""
         key = self._key(candidate)
         if key is None:
             return None
-        if gpu_count < 1:
-            return key.groups[0].node, ()
-        buckets = key.buckets
-        first = -1
-        for count in range(gpu_count, len(buckets)):
-            bucket = buckets[count]
-            if bucket and (first < 0 or bucket[0] < first):
-                first = bucket[0]
-        if first < 0:
-            return None
-        group = key.groups[first]
+        if allowed is not None:
+            found = next((g for g in key.groups if g.free >= gpu_count and g.node in allowed), None)
+            if found is None:
+                return None
+            if gpu_count < 1:
+                return found.node, ()
+            group = found
+        else:
+            if gpu_count < 1:
+                return key.groups[0].node, ()
+            buckets = key.buckets
+            first = -1
+            for count in range(gpu_count, len(buckets)):
+                bucket = buckets[count]
+                if bucket and (first < 0 or bucket[0] < first):
+                    first = bucket[0]
+            if first < 0:
+                return None
+            group = key.groups[first]
         held = self._held
         devices = self._devices
         chosen: list[Device] = []
@@ -338,6 +385,7 @@ class FleetIndex:
         gpu_count: int,
         yieldable: Callable[[Holder], bool] | None,
         among: Collection[Holder] | None = None,
+        allowed: Collection[str] | None = None,
     ) -> tuple[str, tuple[Device, ...], tuple[Holder, ...]] | None:
         """The first group in fleet order where free devices and devices of holders that may yield make
         ``gpu_count``: its node, the devices (free ones first, each part in fleet order) and the holders to stop.
@@ -346,7 +394,7 @@ class FleetIndex:
         and ``yieldable`` (when given) accepts it; ``yieldable`` is asked once about each holder of the candidate's
         devices that is in ``among``. Without ``among`` that is every holder of the candidate's devices; with it, the
         smaller of the two sets is walked. Only the groups where an accepted holder holds devices can fit, and only
-        they are read.
+        they are read (on nodes in ``allowed``, when given).
         """
         key = self._key(candidate)
         if key is None or gpu_count < 1:
@@ -373,7 +421,7 @@ class FleetIndex:
         devices = self._devices
         for number in sorted(numbers):
             group = key.groups[number]
-            if len(group.slots) < gpu_count:
+            if len(group.slots) < gpu_count or (allowed is not None and group.node not in allowed):
                 continue
             free: list[Device] = []
             taken: list[Device] = []

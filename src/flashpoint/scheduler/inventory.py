@@ -1,12 +1,15 @@
-"""Devices and their holders: the pure values the fleet index and placement read."""
+"""Devices, nodes and their holders: the pure values the fleet index and placement read."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from flashpoint.gpus import GPUModel
+
+#: the node label an endpoint's ``datacenter=`` is matched against (Ray node labels; fleet files; FLASHPOINT_DATACENTER)
+DATACENTER_LABEL = "datacenter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,103 @@ def fleet_summary(devices: Sequence[Device]) -> str:
         f"{' (coarse: Ray accelerator type, no gpu-model label)' if coarse else ''} on {node}"
         for (node, model, simulated, coarse), n in counts.items()
     )
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Node:
+    """One machine of the fleet: what CPU workers may reserve on it, its driver's CUDA version and its labels.
+
+    Capacity is logical, as in Ray: by default what the machine has, or what was declared (``FLASHPOINT_CPUS``,
+    ``FLASHPOINT_MEMORY_GB``, a fleet file's ``cpus``/``memory_gb``, a Ray node's resources). A node nobody
+    described (a device list without node facts) has no CPU capacity and an unknown CUDA version.
+    """
+
+    name: str
+    #: logical CPUs that CPU workers may reserve
+    cpus: int = 0
+    #: memory that CPU workers may reserve, in MiB
+    memory_mb: int = 0
+    #: the driver's CUDA version ("12.8"); None when unknown (no NVML, a node without a cuda-version label)
+    cuda: str | None = None
+    #: node labels, e.g. {"datacenter": "EU-RO-1"}; never hashed (a node is compared, not used as a key)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: the core ids CPU workers on it are pinned to, in the order they are handed out; empty means 0 .. cpus-1
+    cores: tuple[int, ...] = ()
+    #: True when the node comes from a simulated fleet (its GPUs and CUDA version are declared, not read)
+    simulated: bool = False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def datacenter(self) -> str | None:
+        """The node's ``datacenter`` label, or None."""
+        return self.labels.get(DATACENTER_LABEL) or None
+
+    @property
+    def core_ids(self) -> tuple[int, ...]:
+        """Its ``cpus`` core ids, in the order workers get them."""
+        return self.cores if self.cores else tuple(range(self.cpus))
+
+    def to_json(self) -> dict[str, Any]:
+        """The node as ``GET /v1/fleet`` shows it (without its reservations)."""
+        return {
+            "name": self.name,
+            "cpus": self.cpus,
+            "memoryGb": gigabytes(self.memory_mb),
+            "cuda": self.cuda,
+            "labels": dict(self.labels),
+            "simulated": self.simulated,
+        }
+
+
+def gigabytes(memory_mb: int) -> float:
+    """MiB as GB for people: one decimal at most (23.5, 16.0)."""
+    return round(memory_mb / 1024, 1)
+
+
+def show_gb(memory_mb: int) -> str:
+    """``16 GB``, ``23.5 GB``."""
+    return f"{gigabytes(memory_mb):g} GB"
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """The fleet a backend places workers on: its GPUs in fleet order, and its nodes (GPU nodes and CPU-only ones)
+    in fleet order. Build it with ``Fleet.of``, which describes every node a device names."""
+
+    devices: tuple[Device, ...] = ()
+    nodes: tuple[Node, ...] = ()
+
+    @classmethod
+    def of(cls, devices: Iterable[Device] = (), nodes: Iterable[Node] = ()) -> Fleet:
+        """``devices`` and ``nodes``, plus a bare ``Node`` (no CPU capacity, unknown CUDA) for each node a device
+        names that ``nodes`` does not describe, after the described ones, in device order.
+
+        Raises:
+            ValueError: a node is described twice.
+        """
+        described = tuple(nodes)
+        names = {n.name for n in described}
+        if len(names) != len(described):
+            raise ValueError("the fleet describes a node twice")
+        devices = tuple(devices)
+        bare: dict[str, Node] = {}
+        for device in devices:
+            if device.node not in names and device.node not in bare:
+                bare[device.node] = Node(device.node, simulated=device.simulated)
+        return cls(devices, described + tuple(bare.values()))
+
+
+def nodes_summary(nodes: Sequence[Node]) -> str:
+    """The nodes' CPU capacity and labels in one line: ``node-a: 2 vCPUs, 23.5 GB, CUDA 12.8, datacenter=EU-RO-1``."""
+    if not nodes:
+        return "no nodes"
+    parts = []
+    for node in nodes:
+        facts = [f"{node.cpus} vCPUs", show_gb(node.memory_mb), f"CUDA {node.cuda}" if node.cuda else "CUDA unknown"]
+        facts.extend(f"{k}={v}" for k, v in node.labels.items())
+        parts.append(f"{node.name}: {', '.join(facts)}{' (simulated)' if node.simulated else ''}")
+    return "; ".join(parts)
 
 
 class Holder(NamedTuple):

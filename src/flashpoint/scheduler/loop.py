@@ -24,14 +24,13 @@ from flashpoint.backends.base import Backend
 from flashpoint.clock import SYSTEM_CLOCK, Clock
 from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotFoundError
 from flashpoint.explain import Explanation
-from flashpoint.gpus import describe
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.scheduler import planner, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, fleet_summary
+from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
-from flashpoint.scheduler.placement import NoFit, feasible
+from flashpoint.scheduler.placement import NoFit, feasible_endpoint, node_filter
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
 from flashpoint.spec import EndpointSpec, WorkerTarget, options_of
@@ -87,7 +86,7 @@ class ControlPlane(WorkerSupervision):
         #: a durable plane puts running jobs back in the queue when it closes; an embedded one cancels them
         self.requeue_on_close = requeue_on_close
         self.node = node
-        self.index = FleetIndex(backend.devices())
+        self.index = FleetIndex(backend.devices(), backend.nodes())
         self.endpoints: dict[str, EndpointState] = {}
         self.workers: dict[str, Worker] = {}
         #: every job's record, the queues and their caps, and who waits for a job
@@ -104,6 +103,7 @@ class ControlPlane(WorkerSupervision):
             on_line=self._on_line,
             on_exit=self._on_exit,
             on_not_ready=self._on_not_ready,
+            node_of=self.index.nodes.node,
         )
         #: endpoints the last reconcile left waiting for something
         self._waiting: set[str] = set()
@@ -128,12 +128,15 @@ class ControlPlane(WorkerSupervision):
             self._tick_task = asyncio.create_task(self._ticker())
         self.supervisor.backend.watch(self.fleet_changed)
 
-    def fleet_changed(self, devices: list[Device]) -> None:
-        """A node joined or left (a Ray cluster's fleet moves): workers on departed devices are lost, and every
-        endpoint's "can never run" verdict is made again, so a request waiting for a model runs once a node has it."""
+    def fleet_changed(self, fleet: Fleet) -> None:
+        """A node joined or left (a Ray cluster's fleet moves): workers on departed devices or nodes are lost, and
+        every endpoint's "can never run" verdict is made again, so a request waiting for a model (or a node large
+        enough, in its datacenter) runs once one joins."""
+        devices = fleet.devices
         present = {d.key for d in devices}
         before = {d.key for d in self.index.devices}
-        self.index.replace(devices)
+        nodes = {n.name for n in fleet.nodes}
+        self.index.replace(devices, fleet.nodes)
         for key in [k for k in self._set_aside if k not in present]:
             del self._set_aside[key]
         log.info(
@@ -146,10 +149,10 @@ class ControlPlane(WorkerSupervision):
             if any(d.key not in present for d in worker.devices):
                 gone = sorted({d.node for d in worker.devices if d.key not in present})
                 self._lose(worker, f"node {', '.join(gone)} left the fleet")
+            elif worker.cpu is not None and worker.cpu.node not in nodes:
+                self._lose(worker, f"node {worker.cpu.node} left the fleet")
         for ep in self.endpoints.values():
-            if not ep.spec.uses_gpu:
-                continue
-            never = feasible(ep.spec.candidates, ep.spec.gpu_count, devices)
+            never = feasible_endpoint(ep.spec, self.index.devices, self.index.nodes.nodes)
             if never is None and ep.never is not None:
                 log.info("endpoint %r can run now: the fleet has %s", ep.spec.name, self.fleet_summary())
             elif never is not None and ep.never is None:
@@ -236,14 +239,16 @@ class ControlPlane(WorkerSupervision):
         if code_file is not None:
             self.supervisor.code_files.setdefault(spec.name, code_file)
         ep = EndpointState(spec, target, registered_at=self.clock.time())
-        if spec.uses_gpu:
-            ep.never = feasible(spec.candidates, spec.gpu_count, self.index.devices)
-            if ep.never is not None:
-                log.warning(self._never_message(spec, ep.never))
+        ep.never = feasible_endpoint(spec, self.index.devices, self.index.nodes.nodes)
+        if ep.never is not None:
+            log.warning(self._never_message(spec, ep.never))
         self.endpoints[spec.name] = ep
         self.kick()
 
-    def fleet_summary(self) -> str:
+    def fleet_summary(self, spec: EndpointSpec | None = None) -> str:
+        """The fleet in one line: its GPUs; for a CPU endpoint (``spec``), its nodes' CPUs and memory."""
+        if spec is not None and not spec.uses_gpu:
+            return nodes_summary(self.index.nodes.nodes)
         return fleet_summary(self.index.devices)
 
     def worker_credential(self, endpoint: str, worker_id: str) -> str:
@@ -251,19 +256,12 @@ class ControlPlane(WorkerSupervision):
         return worker_credential(self._worker_secret, endpoint, worker_id)
 
     def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
-        models = sorted({d.model_name for d in self.index.devices})
-        hint = (
-            f"add a fallback the fleet has, e.g. gpu=[{', '.join(repr(describe(c)) for c in spec.candidates)}, "
-            f"{models[0]!r}] or gpu=GpuGroup.ANY"
-            if models
-            else "run on a machine with GPUs, or simulate some with FLASHPOINT_SIMULATED_GPUS"
-        )
-        count = f"{spec.gpu_count} x " if spec.gpu_count > 1 else ""
-        return (
-            f"endpoint {spec.name!r} asks for {count}{spec.describe_gpu()}, which no node of this fleet can ever "
-            f"provide ({'; '.join(r.detail for r in nofit.reasons)}). Its jobs will wait IN_QUEUE until such a "
-            f"device joins. The fleet has: {self.fleet_summary()}. To run now, {hint}."
-        )
+        return views.never_message(spec, nofit, self.index)
+
+    def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
+        """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match)."""
+        rule = node_filter(spec)
+        return () if rule.open else self.index.nodes.eligible(rule).notes
 
     def endpoint(self, name: str) -> EndpointState:
         try:
@@ -508,14 +506,17 @@ class ControlPlane(WorkerSupervision):
 
     def explain_endpoint(self, name: str) -> Explanation:
         ep = self.endpoint(name)
-        return views.explain(ep, None, self.plan().waiting.get(name, ()), position=None, fleet=self.fleet_summary())
+        waiting = self.plan().waiting.get(name, ())
+        fleet = self.fleet_summary(ep.spec)
+        return views.explain(ep, None, waiting, position=None, fleet=fleet, notes=self.notes(ep.spec))
 
     def explain_job(self, job_id: str) -> Explanation:
         job = self.job(job_id)
         ep = self.endpoint(job.endpoint)
         position = self.book.position(ep, job) if job.status is JobStatus.IN_QUEUE else None
         waiting = self.plan().waiting.get(ep.spec.name, ())
-        return views.explain(ep, job, waiting, position=position, fleet=self.fleet_summary())
+        fleet = self.fleet_summary(ep.spec)
+        return views.explain(ep, job, waiting, position=position, fleet=fleet, notes=self.notes(ep.spec))
 
     def health(self, endpoint: str) -> dict[str, Any]:
         """Runpod's ``/health`` body."""
@@ -524,14 +525,27 @@ class ControlPlane(WorkerSupervision):
     def fleet_view(self) -> list[dict[str, Any]]:
         return views.fleet_rows(self.index)
 
+    def node_view(self) -> list[dict[str, Any]]:
+        """``GET /v1/fleet``'s nodes: each node's facts and the CPU workers reserving its cores and memory."""
+        return views.node_rows(self.index.nodes)
+
     def endpoint_rows(self, name: str | None = None) -> list[dict[str, Any]]:
         """``GET /v1/endpoints`` (or one endpoint's row): options, queue, workers, counters, explanation; one plan
         serves every row."""
         chosen = [self.endpoint(name)] if name is not None else list(self.endpoints.values())
         waiting = self.plan().waiting
-        fleet = self.fleet_summary()
         return [
-            views.endpoint_row(ep, views.explain(ep, None, waiting.get(ep.spec.name, ()), position=None, fleet=fleet))
+            views.endpoint_row(
+                ep,
+                views.explain(
+                    ep,
+                    None,
+                    waiting.get(ep.spec.name, ()),
+                    position=None,
+                    fleet=self.fleet_summary(ep.spec),
+                    notes=self.notes(ep.spec),
+                ),
+            )
             for ep in chosen
         ]
 

@@ -3,6 +3,11 @@
 No I/O, no clock, no asyncio: the engine keeps a ``FleetIndex`` of its fleet and holders and calls ``place`` with
 it, so every fallback rule is table-testable. The index answers "the first node in fleet order with N free of this
 model" from free counts it keeps as devices are taken and released, so a decision does not scan the fleet.
+
+CPU endpoints are placed by ``place_cpu`` on the index's node ledger: the first instance type, in declared order,
+whose vCPUs and memory are free on one node, on the first such node in fleet order. ``place_endpoint`` is what the
+engine calls for an endpoint: it applies the endpoint's node filters (``datacenter=``, ``min_cuda_version``) and
+places a GPU or a CPU worker; an endpoint without filters goes straight to ``place``.
 """
 
 from __future__ import annotations
@@ -10,10 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from flashpoint.explain import Code, WaitReason
+from flashpoint.explain import NEVER_CODES, Code, WaitReason
+from flashpoint.flashtypes import cpu_size
 from flashpoint.gpus import AnyGPU, Candidate, describe
+from flashpoint.scheduler.filters import NodeFilter
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder
+from flashpoint.scheduler.inventory import Device, Holder, Node, show_gb
+from flashpoint.scheduler.nodes import CpuRequest, CpuSlot, NodeLedger
+from flashpoint.spec import EndpointSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,15 +36,29 @@ class Fit:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuFit:
+    """A CPU worker fits: ``request``'s slot on a node. ``reclaim`` lists idle CPU workers that must stop first."""
+
+    request: CpuRequest
+    slot: CpuSlot
+    reclaim: tuple[Holder, ...] = ()
+
+    @property
+    def node(self) -> str:
+        return self.slot.node
+
+
+@dataclass(frozen=True, slots=True)
 class NoFit:
-    """No candidate fits now; one reason per candidate, in declared order."""
+    """No candidate fits now; one reason per candidate, in declared order (then one per node filter that left nodes
+    out)."""
 
     reasons: tuple[WaitReason, ...]
 
     @property
     def never(self) -> bool:
-        """True when no candidate could fit even on an idle fleet."""
-        return all(r.code is Code.NOT_IN_FLEET for r in self.reasons)
+        """True when no candidate could fit even on an idle fleet (every reason is one waiting does not cure)."""
+        return all(r.code in NEVER_CODES for r in self.reasons)
 
 
 def _never(holder: Holder) -> bool:
@@ -67,6 +90,7 @@ def place(
     gpu_count: int,
     index: FleetIndex,
     yieldable: Callable[[Holder], bool] = _never,
+    allowed: Collection[str] | None = None,
 ) -> Fit | NoFit:
     """Walk the candidates in declared order; the first with ``gpu_count`` usable devices of one model on one node
     wins, on the first such node in fleet order, with its devices in fleet order.
@@ -76,43 +100,49 @@ def place(
     earlier candidate that needs a reclaim wins over a later one that is free. Without a ``yieldable`` predicate
     nothing is reclaimed and the reclaim path is skipped; a plain predicate is asked about every holder of the
     devices of a candidate without a free fit, a ``Yielders`` only about the holders it names (same answers).
+
+    With ``allowed`` (the node names an endpoint's filters leave it), the fleet is those nodes only: fits, and
+    ``not_in_fleet`` ("no eligible node has ...") and ``busy`` reasons, are about them.
     """
     reasons: list[WaitReason] = []
     for candidate in candidates:
-        missing = _not_in_fleet(candidate, gpu_count, index)
+        missing = _not_in_fleet(candidate, gpu_count, index, allowed)
         if missing is not None:
             reasons.append(missing)
             continue
-        free_fit = index.fit_free(candidate, gpu_count)
+        free_fit = index.fit_free(candidate, gpu_count, allowed)
         if free_fit is not None:
             return Fit(candidate, *free_fit)
         if yieldable is not _never:
             reclaim_fit = (
-                index.fit_reclaim(candidate, gpu_count, yieldable.check, yieldable.holders)
+                index.fit_reclaim(candidate, gpu_count, yieldable.check, yieldable.holders, allowed)
                 if isinstance(yieldable, Yielders)
-                else index.fit_reclaim(candidate, gpu_count, yieldable)
+                else index.fit_reclaim(candidate, gpu_count, yieldable, None, allowed)
             )
             if reclaim_fit is not None:
                 return Fit(candidate, *reclaim_fit)
-        reasons.append(_busy(candidate, gpu_count, index))
+        reasons.append(_busy(candidate, gpu_count, index, allowed))
     return NoFit(tuple(reasons))
 
 
-def _not_in_fleet(candidate: Candidate, gpu_count: int, index: FleetIndex) -> WaitReason | None:
-    """Why no node could ever host ``gpu_count`` x ``candidate``; None when one could."""
-    largest = index.largest(candidate)
+def _not_in_fleet(
+    candidate: Candidate, gpu_count: int, index: FleetIndex, allowed: Collection[str] | None = None
+) -> WaitReason | None:
+    """Why no node (in ``allowed``) could ever host ``gpu_count`` x ``candidate``; None when one could."""
+    largest = index.largest(candidate, allowed)
     if largest and largest >= gpu_count:
         return None
     name = describe(candidate)
+    where = "no node" if allowed is None else "no eligible node"
     if not largest:
-        return WaitReason(name, Code.NOT_IN_FLEET, f"no node has {name}{_coarse_hint(candidate, index)}")
-    return WaitReason(name, Code.NOT_IN_FLEET, f"no node has {gpu_count} x {name} (the most on one node is {largest})")
+        return WaitReason(name, Code.NOT_IN_FLEET, f"{where} has {name}{_coarse_hint(candidate, index, allowed)}")
+    return WaitReason(name, Code.NOT_IN_FLEET, f"{where} has {gpu_count} x {name} (the most on one node is {largest})")
 
 
-def _busy(candidate: Candidate, gpu_count: int, index: FleetIndex) -> WaitReason:
+def _busy(candidate: Candidate, gpu_count: int, index: FleetIndex, allowed: Collection[str] | None) -> WaitReason:
     name = describe(candidate)
-    holders = index.holding_endpoints(candidate)
-    free = index.most_free(candidate)
+    holders = index.holding_endpoints(candidate, allowed)
+    free = index.most_free(candidate, allowed)
     if free:
         return WaitReason(
             name,
@@ -123,7 +153,7 @@ def _busy(candidate: Candidate, gpu_count: int, index: FleetIndex) -> WaitReason
     return WaitReason(name, Code.BUSY, f"all held by {', '.join(holders)}", tuple(holders))
 
 
-def _coarse_hint(candidate: Candidate, index: FleetIndex) -> str:
+def _coarse_hint(candidate: Candidate, index: FleetIndex, allowed: Collection[str] | None = None) -> str:
     """When the fleet has GPUs known only by a coarse name that could be ``candidate`` ("A100" for an A100 80GB
     PCIe), say so: the device may well be there, unlabelled."""
     if isinstance(candidate, AnyGPU):
@@ -133,7 +163,8 @@ def _coarse_hint(candidate: Candidate, index: FleetIndex) -> str:
         {
             d.node
             for d in index.coarse_devices()
-            if all(any(w.startswith(part) for w in words) for part in d.name.casefold().replace("-", " ").split())
+            if (allowed is None or d.node in allowed)
+            and all(any(w.startswith(part) for w in words) for part in d.name.casefold().replace("-", " ").split())
         }
     )
     if not nodes:
@@ -144,9 +175,11 @@ def _coarse_hint(candidate: Candidate, index: FleetIndex) -> str:
     )
 
 
-def feasible(candidates: Sequence[Candidate], gpu_count: int, devices: Sequence[Device]) -> NoFit | None:
+def feasible(
+    candidates: Sequence[Candidate], gpu_count: int, devices: Sequence[Device], nodes: Sequence[Node] = ()
+) -> NoFit | None:
     """None if some candidate could ever fit on this fleet (ignoring who holds what); else the reasons."""
-    index = _fleet_shape(devices)
+    index = _fleet_shape(devices, nodes)
     reasons: list[WaitReason] = []
     for candidate in candidates:
         missing = _not_in_fleet(candidate, gpu_count, index)
@@ -156,15 +189,136 @@ def feasible(candidates: Sequence[Candidate], gpu_count: int, devices: Sequence[
     return NoFit(tuple(reasons))
 
 
+def feasible_endpoint(spec: EndpointSpec, devices: Sequence[Device], nodes: Sequence[Node] = ()) -> NoFit | None:
+    """None if a worker of ``spec`` could ever be placed on this fleet (ignoring who holds what), its node filters
+    and CPU instances included; else the reasons (every one a ``NEVER_CODES`` one)."""
+    result = place_endpoint(spec, _fleet_shape(devices, nodes))
+    return result if isinstance(result, NoFit) else None
+
+
 #: the last fleet ``feasible`` indexed, and its index (nobody holds anything there): the engine asks about every
 #: endpoint with the same fleet, so the index is built once per fleet, not once per endpoint
-_last_fleet: list[tuple[tuple[Device, ...], FleetIndex]] = []
+_last_fleet: list[tuple[tuple[Device, ...], tuple[Node, ...], FleetIndex]] = []
 
 
-def _fleet_shape(devices: Sequence[Device]) -> FleetIndex:
+def _fleet_shape(devices: Sequence[Device], nodes: Sequence[Node]) -> FleetIndex:
     fleet = devices if isinstance(devices, tuple) else tuple(devices)
-    if _last_fleet and _last_fleet[0][0] == fleet:  # the same devices: an identity check per device
-        return _last_fleet[0][1]
-    index = FleetIndex(fleet)
-    _last_fleet[:] = [(fleet, index)]
+    described = nodes if isinstance(nodes, tuple) else tuple(nodes)
+    # the same devices and nodes: an identity check per item
+    if _last_fleet and _last_fleet[0][0] == fleet and _last_fleet[0][1] == described:
+        return _last_fleet[0][2]
+    index = FleetIndex(fleet, described)
+    _last_fleet[:] = [(fleet, described, index)]
     return index
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# CPU workers and whole endpoints
+
+
+def cpu_requests(spec: EndpointSpec) -> tuple[CpuRequest, ...]:
+    """The endpoint's CPU instance types in declared order, with what a worker of each reserves."""
+    requests = []
+    for name in spec.cpu:
+        vcpus, memory_gb = cpu_size(name)
+        requests.append(CpuRequest(name, vcpus, memory_gb * 1024))
+    return tuple(requests)
+
+
+def node_filter(spec: EndpointSpec) -> NodeFilter:
+    """What ``spec`` asks of its nodes: its datacenters, and (GPU endpoints only, as in Flash) its CUDA floor."""
+    return NodeFilter(tuple(spec.datacenters), spec.min_cuda_version if spec.uses_gpu else None)
+
+
+def place_endpoint(
+    spec: EndpointSpec, index: FleetIndex, yieldable: Callable[[Holder], bool] = _never
+) -> Fit | CpuFit | NoFit:
+    """Place one worker of ``spec``: on the nodes its filters leave it, a GPU worker by ``place`` or a CPU worker by
+    ``place_cpu``. When it does not fit, the filters' reasons (nodes left out, and why) follow the candidates'."""
+    if spec.uses_gpu and not spec.datacenters and spec.min_cuda_version is None:
+        return place(spec.candidates, spec.gpu_count, index, yieldable)  # the fast path: no node filter
+    rule = node_filter(spec)
+    eligible = index.nodes.eligible(rule) if not rule.open else None
+    allowed = eligible.nodes if eligible is not None else None
+    if eligible is not None and eligible.nothing:
+        return NoFit(eligible.reasons)
+    result: Fit | CpuFit | NoFit
+    if spec.uses_gpu:
+        result = place(spec.candidates, spec.gpu_count, index, yieldable, allowed)
+    else:
+        result = place_cpu(cpu_requests(spec), index.nodes, yieldable, allowed)
+    if isinstance(result, NoFit) and eligible is not None and eligible.reasons:
+        return NoFit(result.reasons + eligible.reasons)
+    return result
+
+
+def place_cpu(
+    requests: Sequence[CpuRequest],
+    ledger: NodeLedger,
+    yieldable: Callable[[Holder], bool] = _never,
+    allowed: Collection[str] | None = None,
+) -> CpuFit | NoFit:
+    """Walk the CPU instance types in declared order; the first whose vCPUs and memory are free on one node wins,
+    on the first such node in fleet order, with that node's first free cores.
+
+    As with GPUs, CPU workers whose holder ``yieldable`` accepts (idle ones above their endpoint's minimum) give
+    their slots up, and declared order beats yielding. Reasons per instance: ``cpu_too_large`` when no node (in
+    ``allowed``) could ever hold it, else ``cpu_busy`` naming the endpoints whose workers hold the CPUs.
+    """
+    reasons: list[WaitReason] = []
+    for request in requests:
+        if not ledger.could_hold(request, allowed):
+            reasons.append(_too_large(request, ledger, allowed))
+            continue
+        slot = ledger.fit_free(request, allowed)
+        if slot is not None:
+            return CpuFit(request, slot)
+        if yieldable is not _never:
+            reclaim = (
+                ledger.fit_reclaim(request, yieldable.check, yieldable.holders, allowed)
+                if isinstance(yieldable, Yielders)
+                else ledger.fit_reclaim(request, yieldable, None, allowed)
+            )
+            if reclaim is not None:
+                return CpuFit(request, *reclaim)
+        reasons.append(_cpu_busy(request, ledger, allowed))
+    return NoFit(tuple(reasons))
+
+
+def _needs(request: CpuRequest) -> str:
+    return (
+        f"{request.name} needs {request.vcpus} vCPU{'s' if request.vcpus != 1 else ''} and {show_gb(request.memory_mb)}"
+    )
+
+
+def _too_large(request: CpuRequest, ledger: NodeLedger, allowed: Collection[str] | None) -> WaitReason:
+    best, most_cpus, most_memory = ledger.largest(allowed)
+    where = "node" if allowed is None else "eligible node"
+    if best is None:
+        have = f"the fleet has no {where}"
+    elif (best.cpus, best.memory_mb) == (most_cpus, most_memory):
+        have = f"the largest {where} has {most_cpus} vCPUs and {show_gb(most_memory)}"
+    else:
+        have = f"no {where} has both (the most vCPUs on one is {most_cpus}, the most memory {show_gb(most_memory)})"
+    declare = []
+    if request.vcpus > most_cpus:
+        declare.append(f"FLASHPOINT_CPUS={request.vcpus}")
+    if request.memory_mb > most_memory:
+        declare.append(f"FLASHPOINT_MEMORY_GB={request.memory_mb // 1024}")
+    advice = (
+        f"declare {' and '.join(declare) or 'more'} on a machine that has them (cpus/memory_gb in a fleet file), "
+        "or choose a smaller instance"
+    )
+    return WaitReason(request.name, Code.CPU_TOO_LARGE, f"{_needs(request)}; {have}: {advice}")
+
+
+def _cpu_busy(request: CpuRequest, ledger: NodeLedger, allowed: Collection[str] | None) -> WaitReason:
+    holders = ledger.holding_endpoints(allowed)
+    cores, memory = ledger.most_free(allowed)
+    held = f"; held by {', '.join(holders)}" if holders else ""
+    return WaitReason(
+        request.name,
+        Code.CPU_BUSY,
+        f"{_needs(request)}; the most free on one node is {cores} vCPUs and {show_gb(memory)}{held}",
+        tuple(holders),
+    )

@@ -3,8 +3,10 @@ devices up, which idle workers stop, and why an endpoint still waits. Pure: it r
 fleet index, writes neither (the index comes back as it came), and does no I/O; ``ControlPlane`` applies the plan.
 
 The rules (DESIGN §3): endpoints are served oldest waiter first; a worker takes the first candidate, in declared
-order, with ``gpu_count`` devices of one model on one node; an idle worker above its endpoint's minimum yields its
-devices to an endpoint waiting for them; workers still stopping count against ``workers_max``.
+order, with ``gpu_count`` devices of one model on one node (a CPU worker: the first instance type whose vCPUs and
+memory are free on one node), on the nodes the endpoint's filters leave it; an idle worker above its endpoint's
+minimum yields its devices (or CPUs) to an endpoint waiting for them; workers still stopping count against
+``workers_max``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from flashpoint.explain import Code, WaitReason
 from flashpoint.gpus import describe
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Holder
-from flashpoint.scheduler.placement import Fit, NoFit, Yielders, place
+from flashpoint.scheduler.placement import CpuFit, Fit, NoFit, Yielders, place_endpoint
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import ServerlessScalerType
 
@@ -27,10 +29,10 @@ _PLANNED = "(planned)"
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Start a worker of ``endpoint``: on ``fit``'s devices, or without GPUs when ``fit`` is None."""
+    """Start a worker of ``endpoint``: on ``fit``'s devices, or (a ``CpuFit``) on its CPU slot."""
 
     endpoint: str
-    fit: Fit | None
+    fit: Fit | CpuFit
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,7 @@ def plan(
         owner = endpoints[holder.endpoint]
         return holder.worker_id not in reclaimed and live[holder.endpoint] > owner.spec.workers_min
 
-    p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, live_of, [])
+    p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, live_of, [], [])
     waiting: dict[str, tuple[WaitReason, ...]] = {}
     try:
         for ep in serving_order(endpoints.values(), oldest):
@@ -138,6 +140,8 @@ def plan(
     finally:
         for fit in p.planned:  # the index comes back as it came
             index.release(fit.devices)
+        for holder in p.planned_cpus:
+            index.nodes.release(holder)
     return Plan(tuple(p.starts), tuple(p.reclaims), waiting)
 
 
@@ -156,6 +160,8 @@ class _Pass:
     live: dict[str, int]
     live_of: dict[str, list[Worker]]
     planned: list[Fit]
+    #: the holders of the CPU slots planned (one each: a holder reserves one slot)
+    planned_cpus: list[Holder]
 
 
 def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
@@ -189,11 +195,7 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
                 )
             )
             break
-        if not spec.uses_gpu:
-            p.starts.append(Start(name, None))
-            new += 1
-            continue
-        result = place(spec.candidates, spec.gpu_count, p.index, p.may_yield)
+        result = place_endpoint(spec, p.index, p.may_yield)
         if isinstance(result, NoFit):
             waiting.extend(result.reasons)
             break
@@ -202,17 +204,23 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
                 p.reclaimed.add(holder.worker_id)
                 p.live[holder.endpoint] -= 1
                 p.reclaims.append(Reclaim(holder.worker_id, holder.endpoint, name))
+            cpu = isinstance(result, CpuFit)
             waiting.append(
                 WaitReason(
-                    describe(result.candidate),
-                    Code.BUSY,
-                    "idle workers of other endpoints are giving their devices up for this one",
+                    result.request.name if isinstance(result, CpuFit) else describe(result.candidate),
+                    Code.CPU_BUSY if cpu else Code.BUSY,
+                    f"idle workers of other endpoints are giving their {'CPUs' if cpu else 'devices'} up for this one",
                     tuple(sorted({h.endpoint for h in result.reclaim})),
                 )
             )
             break
-        p.index.hold(result.devices, Holder(_PLANNED, name))
-        p.planned.append(result)
+        if isinstance(result, CpuFit):
+            holder = Holder(f"{_PLANNED} {len(p.planned_cpus)}", name)
+            p.index.nodes.reserve(result.slot, holder)
+            p.planned_cpus.append(holder)
+        else:
+            p.index.hold(result.devices, Holder(_PLANNED, name))
+            p.planned.append(result)
         p.starts.append(Start(name, result))
         new += 1
     if waiting or not ep.queued:

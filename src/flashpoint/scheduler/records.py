@@ -12,6 +12,7 @@ from typing import Any
 from flashpoint.explain import WaitReason
 from flashpoint.jobs import Job, Placement
 from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.nodes import CpuSlot
 from flashpoint.scheduler.placement import NoFit
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
@@ -47,6 +48,8 @@ class Worker:
     retiring: bool = False
     ever_ready: bool = False
     node: str = "local"
+    #: a CPU worker's cores and memory on its node (None for a GPU worker: GPU workers reserve no CPUs)
+    cpu: CpuSlot | None = None
     #: the device ids the backend reports the worker really got, when it numbers them itself (Ray); else the ledger's
     device_ids: tuple[int, ...] | None = None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))

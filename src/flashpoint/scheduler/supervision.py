@@ -28,8 +28,8 @@ from flashpoint.errors import BackendError, NotReadyError
 from flashpoint.jobs import Job, JobError, JobStatus, Reason
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder
-from flashpoint.scheduler.placement import Fit
+from flashpoint.scheduler.inventory import Device, Holder, Node
+from flashpoint.scheduler.placement import CpuFit, Fit
 from flashpoint.scheduler.protocol import WorkerProtocol
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.scheduler.waiters import wake
@@ -79,8 +79,11 @@ class Supervisor:
         on_line: LineCallback,
         on_exit: Callable[[str, int, bool | None], None],
         on_not_ready: Callable[[Worker, NotReadyError], None],
+        node_of: Callable[[str], Node | None] = lambda name: None,
     ) -> None:
         self.backend = backend
+        #: the fleet's node of that name (its datacenter label reaches the worker)
+        self._node_of = node_of
         self.python = python
         self.worker_env = dict(worker_env)
         self.parent_pid = parent_pid
@@ -97,7 +100,18 @@ class Supervisor:
 
     def launch(self, ep: EndpointState, worker: Worker) -> Launch:
         """Everything the worker is started with; raises BackendError when it cannot be built."""
-        return Launch(worker.id, ep.spec.name, self.argv(ep), self.env(ep, worker), worker.devices, ep.target.cwd)
+        cpu = worker.cpu
+        return Launch(
+            worker.id,
+            ep.spec.name,
+            self.argv(ep),
+            self.env(ep, worker),
+            worker.devices,
+            ep.target.cwd,
+            node=worker.node,
+            cpus=len(cpu.cores) if cpu is not None else 0,
+            memory_mb=cpu.memory_mb if cpu is not None else 0,
+        )
 
     def argv(self, ep: EndpointState) -> list[str]:
         target = ep.target
@@ -121,9 +135,14 @@ class Supervisor:
         env = dict(self.worker_env)
         env.update(ep.spec.env)
         env.update(volumes.worker_env(ep.spec.volumes, volumes.volumes_root()))
+        node = self._node_of(worker.node)
         env.update(
             {
                 "CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in worker.devices),
+                # a CPU worker's cores (worker/isolation.py pins the process to those this machine has); GPU workers
+                # reserve no CPUs and are not pinned
+                "FLASHPOINT_CPU_CORES": ",".join(str(c) for c in worker.cpu.cores) if worker.cpu is not None else "",
+                "FLASHPOINT_NODE_DATACENTER": (node.datacenter if node is not None else None) or "",
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's order, which is the order device indices come from
                 "FLASHPOINT_GPU_MODEL": model or "",
                 "FLASHPOINT_GPU_SIMULATED": "1" if any(d.simulated for d in worker.devices) else "0",
@@ -199,7 +218,7 @@ class WorkerSupervision(WorkerProtocol):
     index: FleetIndex
     supervisor: Supervisor
     clock: Clock
-    #: the node a CPU worker runs on
+    #: this machine's node name (the plane's own; workers run on the nodes placement gives them)
     node: str
     #: seconds between SIGTERM and SIGKILL when a worker is stopped
     stop_grace_s: float
@@ -213,14 +232,16 @@ class WorkerSupervision(WorkerProtocol):
     @abstractmethod
     def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None: ...
 
-    def _start_worker(self, ep: EndpointState, fit: Fit | None) -> None:
-        devices = fit.devices if fit is not None else ()
+    def _start_worker(self, ep: EndpointState, fit: Fit | CpuFit) -> None:
+        devices = fit.devices if isinstance(fit, Fit) else ()
+        cpu = fit.slot if isinstance(fit, CpuFit) else None
         now = self.clock.monotonic()
         worker = Worker(
             id=f"{ep.spec.name}-w{ep.worker_seq + 1}-{secrets.token_hex(3)}",
             endpoint=ep.spec.name,
             devices=devices,
-            node=devices[0].node if devices else self.node,
+            node=fit.node,
+            cpu=cpu,
             started_at=now,
             idle_since=now,
             last_exchange=now,
@@ -236,12 +257,13 @@ class WorkerSupervision(WorkerProtocol):
         ep.workers[worker.id] = worker
         if devices:
             self.index.hold(devices, Holder(worker.id, ep.spec.name))
-        log.info(
-            "starting worker %s for %s on %s",
-            worker.id,
-            ep.spec.name,
-            f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}" if devices else "cpu",
-        )
+        if cpu is not None:
+            self.index.nodes.reserve(cpu, Holder(worker.id, ep.spec.name))
+        if isinstance(fit, CpuFit):
+            where = f"{fit.node}: {fit.request.name} (cores {', '.join(map(str, fit.slot.cores))})"
+        else:
+            where = f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}"
+        log.info("starting worker %s for %s on %s", worker.id, ep.spec.name, where)
         self.supervisor.start(worker, launch)
 
     def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None:
@@ -316,6 +338,8 @@ class WorkerSupervision(WorkerProtocol):
         ep = self.endpoints[worker.endpoint]
         ep.workers.pop(worker.id, None)
         self.index.release(worker.devices)
+        if worker.cpu is not None:
+            self.index.nodes.release(Holder(worker.id, worker.endpoint))
         wake(worker)
         for job_id in sorted(worker.jobs):
             job = self.book.find(job_id)

@@ -7,11 +7,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flashpoint.explain import Explanation, WaitReason
+from flashpoint.explain import Code, Explanation, WaitReason
 from flashpoint.gpus import describe
 from flashpoint.jobs import Job, JobStatus
 from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import fleet_summary, nodes_summary
+from flashpoint.scheduler.nodes import NodeLedger
+from flashpoint.scheduler.placement import NoFit
 from flashpoint.scheduler.records import EndpointState, WorkerState
+from flashpoint.spec import EndpointSpec
+
+#: why an endpoint can never run, per code of its reasons, as the explanation's summary says it
+_NEVER = {
+    Code.NOT_IN_FLEET: "no candidate exists in it with enough devices on one node",
+    Code.CPU_TOO_LARGE: "no node has the vCPUs and memory of its CPU instance",
+    Code.DATACENTER: "no node is in its datacenter",
+    Code.CUDA_VERSION: "no node has a CUDA driver as new as its min_cuda_version",
+}
 
 
 def explain(
@@ -21,8 +33,10 @@ def explain(
     *,
     position: int | None,
     fleet: str,
+    notes: tuple[str, ...] = (),
 ) -> Explanation:
-    """Why ``ep`` (or its ``job``) waits: ``waiting`` are the planner's reasons for the endpoint now."""
+    """Why ``ep`` (or its ``job``) waits: ``waiting`` are the planner's reasons for the endpoint now; ``notes`` what
+    its options do not do on this fleet."""
     workers = {s.value.lower(): 0 for s in WorkerState}
     for worker in ep.workers.values():
         workers[worker.state.value.lower()] += 1
@@ -36,7 +50,7 @@ def explain(
         position = None
     elif ep.never is not None:
         reasons = ep.never.reasons
-        summary = "can never run on this fleet: no candidate exists in it with enough devices on one node"
+        summary = never_summary(ep.never)
     elif not ep.queued and job is None:
         summary = f"nothing queued; {len(ep.workers)} worker(s)"
     elif reasons:
@@ -54,7 +68,38 @@ def explain(
         queue_depth=ep.queued,
         workers=workers,
         fleet=fleet,
+        notes=notes,
     )
+
+
+def never_summary(nofit: NoFit) -> str:
+    """``can never run on this fleet: ...``, worded by the codes of its reasons (the GPU wording first)."""
+    codes = [c for c in _NEVER if any(r.code is c for r in nofit.reasons)]
+    if Code.NOT_IN_FLEET in codes and len(codes) > 1:  # filters left the devices out: say that, not "no candidate"
+        codes.remove(Code.NOT_IN_FLEET)
+    return "can never run on this fleet: " + ("; ".join(_NEVER[c] for c in codes) or _NEVER[Code.NOT_IN_FLEET])
+
+
+def never_message(spec: EndpointSpec, nofit: NoFit, index: FleetIndex) -> str:
+    """The warning logged when an endpoint that can never run registers (or the fleet changes so)."""
+    count = f"{spec.gpu_count} x " if spec.gpu_count > 1 else ""
+    head = (
+        f"endpoint {spec.name!r} asks for {count}{spec.describe_gpu()}, which no node of this fleet can ever "
+        f"provide ({'; '.join(r.detail for r in nofit.reasons)}). Its jobs will wait IN_QUEUE until "
+    )
+    if not spec.uses_gpu:
+        return f"{head}such a node joins. The nodes: {nodes_summary(index.nodes.nodes)}."
+    fleet = fleet_summary(index.devices)
+    if any(r.code is not Code.NOT_IN_FLEET for r in nofit.reasons):  # node filters left the models out
+        return f"{head}such a node joins. The fleet has: {fleet}."
+    models = sorted({d.model_name for d in index.devices})
+    hint = (
+        f"add a fallback the fleet has, e.g. gpu=[{', '.join(repr(describe(c)) for c in spec.candidates)}, "
+        f"{models[0]!r}] or gpu=GpuGroup.ANY"
+        if models
+        else "run on a machine with GPUs, or simulate some with FLASHPOINT_SIMULATED_GPUS"
+    )
+    return f"{head}such a device joins. The fleet has: {fleet}. To run now, {hint}."
 
 
 def health(ep: EndpointState) -> dict[str, Any]:
@@ -89,6 +134,32 @@ def fleet_rows(index: FleetIndex) -> list[dict[str, Any]]:
                 **device.to_json(),
                 "worker": holder.worker_id if holder else None,
                 "endpoint": holder.endpoint if holder else None,
+            }
+        )
+    return rows
+
+
+def node_rows(ledger: NodeLedger) -> list[dict[str, Any]]:
+    """``GET /v1/fleet``'s nodes, in fleet order: each node's facts, what is free, and the CPU workers' slots."""
+    slots = ledger.slots()
+    rows = []
+    for node in ledger.nodes:
+        cores, memory = ledger.free(node.name)
+        rows.append(
+            {
+                **node.to_json(),
+                "freeCpus": cores,
+                "freeMemoryGb": round(memory / 1024, 1),
+                "reservations": [
+                    {
+                        "worker": holder.worker_id,
+                        "endpoint": holder.endpoint,
+                        "cores": list(slot.cores),
+                        "memoryGb": round(slot.memory_mb / 1024, 1),
+                    }
+                    for holder, slot in slots.items()
+                    if slot.node == node.name
+                ],
             }
         )
     return rows
