@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from flashpoint import Endpoint, GpuType, codec, default_connection, errors
+from flashpoint import Endpoint, EndpointJob, GpuType, codec, default_connection, errors
 from flashpoint.client import ERRORS_BY_CODE, REJECTED_CODES, HTTPConnection
 from flashpoint.endpoint import EndpointClient, WorkerTarget
 from flashpoint.errors import (
@@ -215,7 +215,9 @@ def fake_app(fake: Fake) -> Starlette:
         if not isinstance(job, FakeJob) or job.view.endpoint != request.path_params["endpoint"]:
             return _error(404, "not_found", "no such job on this endpoint")
         if not job.view.status.terminal:
-            job.view = _ended(job.view, JobStatus.CANCELLED, reason=Reason.CANCELLED)
+            # as the plane records it
+            error = JobError("Cancelled", "cancelled before it finished")
+            job.view = _ended(job.view, JobStatus.CANCELLED, reason=Reason.CANCELLED, error=error)
             job.final = job.view
         return JSONResponse({"id": job.view.id, "status": job.view.status.value})
 
@@ -793,46 +795,99 @@ async def test_endpoint_client_run_sends_the_input_as_is(fake: Fake, served: HTT
 
     job = await ep.run({"prompt": "hi", "max_tokens": 8})
 
-    assert await job.wait(timeout=5) == "COMPLETED"
-    assert job.output == {"prompt": "hi", "max_tokens": 8}
-    assert fake.paths("POST", "/run")[0].body["input"] == {"prompt": "hi", "max_tokens": 8}
+    assert isinstance(job, EndpointJob) and job.id == "job-1" and not job.done
+    assert await job.wait(timeout=5) is job  # Flash's wait returns the job
+    assert job.done and job.output == {"prompt": "hi", "max_tokens": 8} and job.error is None
+    assert fake.paths("POST", "/run")[0].body == {
+        "input": {"prompt": "hi", "max_tokens": 8},
+        "flashpoint": {"binary_ok": True},
+    }
     assert [s.path for s in fake.seen[:1]] == ["/v1/endpoints/echo"]  # the first call checked the endpoint
 
 
-async def test_endpoint_client_runsync_returns_the_output(served: HTTPConnection) -> None:
-    assert await Endpoint(id="echo").runsync({"a": [1, 2]}, timeout=5) == {"a": [1, 2]}
+async def test_endpoint_client_run_keeps_function_name_in_the_input(fake: Fake, served: HTTPConnection) -> None:
+    # Flash's key naming the function of an endpoint that serves several: sent inside the input, as it is
+    await Endpoint(id="echo").run({"function_name": "second", "x": 1})
+
+    assert fake.paths("POST", "/run")[0].body["input"] == {"function_name": "second", "x": 1}
 
 
-async def test_endpoint_client_runsync_raises_job_failed(served: HTTPConnection) -> None:
-    with pytest.raises(JobFailedError) as info:
-        await Endpoint(id="boom").runsync({"prompt": ""})
+async def test_endpoint_client_run_sends_the_webhook_beside_the_input(fake: Fake, served: HTTPConnection) -> None:
+    await Endpoint(id="echo").run({"x": 1}, webhook="https://hooks.example.com/done")
 
-    assert info.value.remote_type == "ValueError" and info.value.remote_traceback == TRACEBACK
+    body = fake.paths("POST", "/run")[0].body
+    assert body["input"] == {"x": 1} and body["webhook"] == "https://hooks.example.com/done"
 
 
-async def test_endpoint_client_runsync_timeout_is_timeout_error(served: HTTPConnection) -> None:
-    with pytest.raises(TimeoutError):
+async def test_endpoint_client_runsync_returns_the_completed_job(served: HTTPConnection) -> None:
+    job = await Endpoint(id="echo").runsync({"a": [1, 2]}, timeout=5)
+
+    assert isinstance(job, EndpointJob) and job.done
+    assert job.output == {"a": [1, 2]} and job.error is None and job.failure is None
+    # flashpoint's view of the same job stays reachable
+    assert job.view.placement == Placement("node-a", "NVIDIA H200", (0,), True)
+    assert job.view.execution_time_ms == 7 and job.view.reason is Reason.COMPLETED
+    assert await job.result() == {"a": [1, 2]}
+    assert await job.status() == "COMPLETED"
+    assert repr(job) == "EndpointJob(id='job-1', status='COMPLETED')"
+
+
+async def test_endpoint_client_runsync_of_a_failing_job_returns_it_with_the_error(served: HTTPConnection) -> None:
+    job = await Endpoint(id="boom").runsync({"prompt": ""})
+
+    # as Flash: no exception; the error is the message as a string, the output None
+    assert job.done and job.output is None
+    assert job.error == "bad prompt"
+    assert await job.status() == "FAILED"
+    failure = job.failure
+    assert isinstance(failure, JobFailedError)
+    assert (failure.remote_type, failure.remote_traceback, failure.reason) == ("ValueError", TRACEBACK, "user_error")
+    with pytest.raises(JobFailedError, match="bad prompt"):
+        await job.result()
+
+
+async def test_endpoint_client_runsync_timeout_is_timeout_error_naming_the_job(served: HTTPConnection) -> None:
+    with pytest.raises(TimeoutError, match="job-1 did not finish within 0.2s"):
         await Endpoint(id="slow").runsync({}, timeout=0.2)
 
 
-async def test_endpoint_client_job_handle_for_an_existing_id(served: HTTPConnection) -> None:
+async def test_endpoint_job_wait_timeout_leaves_the_job_going(served: HTTPConnection) -> None:
+    job = await Endpoint(id="slow").run({})
+
+    with pytest.raises(TimeoutError):
+        await job.wait(timeout=0.2)
+    assert not job.done and job.error is None and job.output is None
+    assert (await job.explain()).job_id == job.id
+
+
+async def test_endpoint_client_job_for_an_existing_id(served: HTTPConnection) -> None:
     ep = Endpoint(id="echo")
     job = await ep.run({"n": 1})
     await job.wait(timeout=5)
 
     again = ep.job(job.id)
 
-    assert again.id == job.id
-    assert await again.status() == "COMPLETED" and again.output == {"n": 1}
+    assert isinstance(again, EndpointJob) and again.id == job.id and not again.done  # not fetched yet
+    assert await again.status() == "COMPLETED" and again.output == {"n": 1} and again.done
 
 
-async def test_endpoint_client_cancel_returns_the_status(served: HTTPConnection) -> None:
+async def test_endpoint_client_cancel_returns_the_job(served: HTTPConnection) -> None:
     ep = Endpoint(id="slow")
     job = await ep.run({})
 
-    assert await ep.cancel(job.id) == "CANCELLED"
+    cancelled = await ep.cancel(job.id)
+
+    assert isinstance(cancelled, EndpointJob) and cancelled.id == job.id
+    assert cancelled.done and cancelled.error == "cancelled before it finished"
+    assert isinstance(cancelled.failure, JobCancelledError)
     assert await job.status() == "CANCELLED"
-    assert isinstance(job.error, JobCancelledError)
+
+
+async def test_endpoint_job_cancel_returns_itself(served: HTTPConnection) -> None:
+    job = await Endpoint(id="slow").run({})
+
+    assert await job.cancel() is job
+    assert job.done and await job.status() == "CANCELLED"
 
 
 async def test_endpoint_client_explain(served: HTTPConnection) -> None:

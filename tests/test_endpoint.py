@@ -433,7 +433,24 @@ def test_positional_only_and_var_arguments_round_trip() -> None:
     payload = fn._payload((1, 2, 3, 4), {"c": 5, "d": 6})
 
     assert codec.PICKLE_KEY in payload  # positional-only arguments cannot be keyword arguments
-    assert codec.decode_call(payload) == ((1, 3, 4), {"b": 2, "c": 5, "d": 6})
+    # b is positional too: *rest received values, so by name it would arrive twice (fn(1, 3, 4, b=2) is a TypeError)
+    args, kwargs = codec.decode_call(payload)
+    assert (args, kwargs) == ((1, 2, 3, 4), {"c": 5, "d": 6})
+    assert inspect.signature(fn.__wrapped__).bind(*args, **kwargs).arguments == {
+        "a": 1,
+        "b": 2,
+        "rest": (3, 4),
+        "c": 5,
+        "more": {"d": 6},
+    }
+
+
+def test_arguments_before_an_empty_var_positional_stay_keywords() -> None:
+    @Endpoint(name="varargs-empty")
+    def fn(a: int, b: int = 2, *rest: int) -> int:
+        return a
+
+    assert fn._payload((1,), {}) == {"a": 1}  # plain JSON: nothing went to *rest
 
 
 def test_keyword_only_and_defaults_are_plain_json() -> None:
@@ -502,10 +519,17 @@ def test_unknown_method_lists_the_public_methods() -> None:
 
 def test_constructor_arguments_travel_with_the_instance() -> None:
     assert OneMethod()._init is None
-    # JSON-able keyword arguments stay JSON; positional ones need the envelope
+    # bound to the constructor's names, as function arguments are: positional or not, one JSON object (so one
+    # instance on the worker, and no pickle for a server to refuse)
     assert OneMethod(size=2)._init == {"size": 2}
-    init = OneMethod(3)._init
-    assert codec.decode_call(init) == ((3,), {})
+    assert OneMethod(3)._init == {"size": 3}
+    # what JSON cannot carry needs the envelope
+    assert codec.decode_call(OneMethod((3,))._init) == ((), {"size": (3,)})
+
+
+def test_constructor_arguments_that_do_not_fit_fail_at_the_call() -> None:
+    with pytest.raises(TypeError, match=r"one-method OneMethod\(size: '?int'? = 1\): too many positional arguments"):
+        OneMethod(1, 2)
 
 
 @pytest.mark.parametrize(

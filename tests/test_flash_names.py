@@ -74,7 +74,7 @@ FLASH_ALL = (
 )
 
 #: Flash names flashpoint does not export yet, with the point that adds them
-PENDING = {"EndpointJob": "issue 11 'client shapes': a job handle with Flash's shape (runsync/wait/cancel return it)"}
+PENDING: dict[str, str] = {}
 
 DEPRECATED = (
     "CpuLiveLoadBalancer",

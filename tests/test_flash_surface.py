@@ -33,9 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 FLASH_VERSION = "1.21.0"
 
 #: Flash names flashpoint does not export yet
-PENDING_NAMES = {
-    "EndpointJob": "issue 11 'client shapes', pending: Flash's job handle (runsync/wait/cancel return it)",
-}
+PENDING_NAMES: dict[str, str] = {}
 
 #: Flash's Endpoint parameters flashpoint does not accept yet (none: every one is accepted)
 PENDING_ENDPOINT_OPTIONS: dict[str, str] = {}

@@ -12,6 +12,7 @@ from flashpoint import envfile
 from flashpoint._version import __version__
 from flashpoint.context import current_job
 from flashpoint.endpoint import Endpoint, EndpointClient, EndpointSpec, JobHandle, ServerlessScalerType
+from flashpoint.endpointjob import EndpointJob
 from flashpoint.errors import (
     BackendError,
     BadInputError,
@@ -60,6 +61,7 @@ __all__ = [
     # SDK
     "Endpoint",
     "EndpointClient",
+    "EndpointJob",
     "EndpointSpec",
     "ServerlessScalerType",
     "__version__",

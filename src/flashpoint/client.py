@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import ssl
 import time
 from collections import OrderedDict
@@ -74,6 +75,10 @@ WAIT_HOLD_S = 50.0
 STREAM_HOLD_MS = 25_000
 #: job id -> endpoint entries remembered for ``cancel`` (which needs the endpoint in its path)
 _REMEMBERED_JOBS = 4096
+#: the largest answer an HTTP-route call reads (as a worker's largest result); a larger one is an error
+MAX_ROUTE_RESPONSE_BYTES = 32 * 1024 * 1024
+#: what ``route`` calls; GET's data travels as query parameters, the others' as a JSON body
+ROUTE_METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH"})
 
 
 class HTTPConnection:
@@ -282,6 +287,53 @@ class HTTPConnection:
     async def explain_endpoint(self, name: str) -> Explanation:
         return Explanation.from_json(await self._request("GET", f"/v1/endpoints/{_seg(name)}/explain"))
 
+    async def route(self, endpoint: str, method: str, path: str, data: Any, timeout: float) -> Any:
+        """Call an HTTP route of a served endpoint: ``METHOD {url}/{endpoint}{path}`` with the server's API key, where
+        ``flashpoint serve`` hands it to one of the endpoint's workers. ``data`` is the JSON body (POST, PUT, PATCH,
+        DELETE) or the query parameters (GET); the answer is its parsed JSON (None when empty).
+
+        Raises:
+            TimeoutError: no whole answer within ``timeout`` seconds.
+            ConfigError: the server refused the API key (401).
+            NotFoundError: 404 (no such endpoint or route); Error: any other non-2xx answer, a body that is not JSON
+                or one over ``MAX_ROUTE_RESPONSE_BYTES``; both name the status and the start of the body.
+            BackendError: the server cannot be reached.
+        """
+        if method not in ROUTE_METHODS:
+            raise ValueError(f"method must be one of {', '.join(sorted(ROUTE_METHODS))}, got {method!r}")
+        target = f"/{_seg(endpoint)}{path}"
+        what = f"{method} {self.url}{target}"
+        params, content, headers = None, None, {}
+        if method == "GET":
+            params = _query(data)
+        elif data is not None:
+            content, headers = codec.json_bytes(data), {"Content-Type": "application/json"}
+        client = await self._client()
+
+        async def exchange() -> tuple[httpx.Response, bytes]:
+            request = client.build_request(
+                method, target, params=params, content=content, headers=headers, timeout=httpx.Timeout(timeout)
+            )
+            response = await client.send(request, stream=True)
+            try:
+                return response, await _read_bounded(response, what)
+            finally:
+                await response.aclose()
+
+        try:
+            # the whole exchange, not only each read, is bounded: a server that trickles bytes cannot hold it longer
+            response, body = await asyncio.wait_for(exchange(), timeout)
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            raise TimeoutError(f"{what} did not answer within {timeout:g}s") from None
+        except httpx.ConnectError as exc:
+            raise BackendError(
+                f"cannot reach the flashpoint server at {self.url} ({exc or type(exc).__name__}); start it with "
+                "`flashpoint serve app.py`"
+            ) from None
+        except httpx.TransportError as exc:
+            raise BackendError(f"lost the connection to the flashpoint server during {what}: {exc!r}") from None
+        return _route_answer(response, body, what, has_key=self.api_key is not None)
+
     async def stream(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
         """Submit a job to a generator endpoint and yield its chunks as they arrive.
 
@@ -342,6 +394,51 @@ async def _closed_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, N
         await client.aclose()
 
 
+def _query(data: Any) -> list[tuple[str, Any]] | None:
+    """GET's data as query parameters: a mapping of names to scalars, or to lists of them (a repeated name); the SDK
+    checked its shape (``endpointclient.check_query``)."""
+    if data is None:
+        return None
+    return [
+        (name, item) for name, value in data.items() for item in (value if isinstance(value, list | tuple) else [value])
+    ]
+
+
+async def _read_bounded(response: httpx.Response, what: str) -> bytes:
+    """The response's body, read up to ``MAX_ROUTE_RESPONSE_BYTES``."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_ROUTE_RESPONSE_BYTES:
+        raise Error(f"{what} answered {declared} bytes, more than the {MAX_ROUTE_RESPONSE_BYTES} read at most")
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_ROUTE_RESPONSE_BYTES:
+            raise Error(f"{what} answered more than the {MAX_ROUTE_RESPONSE_BYTES} bytes read at most")
+    return bytes(body)
+
+
+def _route_answer(response: httpx.Response, body: bytes, what: str, *, has_key: bool) -> Any:
+    """The parsed JSON of a route's answer, or the error a non-2xx answer stands for."""
+    text = body[:500].decode("utf-8", "replace")
+    if response.status_code == 401:
+        key = "refused the API key" if has_key else "needs an API key"
+        raise ConfigError(
+            f"{what} answered HTTP 401: the server {key}; set FLASHPOINT_API_KEY to one of its keys ({text!r})"
+        )
+    if response.status_code == 404:
+        raise NotFoundError(
+            f"{what} answered HTTP 404: {text!r}; is the endpoint served there, and does it have that route?"
+        )
+    if not response.is_success:
+        raise Error(f"{what} answered HTTP {response.status_code}: {text!r}")
+    if not body.strip():
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise Error(f"{what} answered HTTP {response.status_code} with a body that is not JSON: {text!r}") from None
+
+
 def _seg(text: str) -> str:
     """A path segment, quoted."""
     return quote(text, safe="")
@@ -351,7 +448,14 @@ def _seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
 
 
-__all__ = ["ERRORS_BY_CODE", "REJECTED_CODES", "HTTPConnection", "error_for"]
+__all__ = [
+    "ERRORS_BY_CODE",
+    "MAX_ROUTE_RESPONSE_BYTES",
+    "REJECTED_CODES",
+    "ROUTE_METHODS",
+    "HTTPConnection",
+    "error_for",
+]
 
 
 @functools.cache

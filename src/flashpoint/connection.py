@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 
 
 class Connection(Protocol):
-    """What a handle needs from a control plane; the embedded plane and the HTTP client both provide it."""
+    """What a handle needs from a control plane; the embedded plane and the HTTP client both provide it.
+
+    ``extra`` holds a job request's keys beside its input, as in Runpod's ``{"input": ..., "webhook": url}``: Runpod's
+    own (``webhook``, ``policy``) and flashpoint's metadata under ``flashpoint`` (``binary_ok``, ``init``, ``target``).
+    """
 
     async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None: ...
     async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView: ...
@@ -38,3 +42,6 @@ class ServerConnection(Connection, Protocol):
     """A connection to a flashpoint server (``FLASHPOINT_URL``), which ``Endpoint(id=...)`` clients need."""
 
     async def check_endpoint(self, name: str) -> None: ...
+    async def route(self, endpoint: str, method: str, path: str, data: Any, timeout: float) -> Any:
+        """Call an HTTP route of a served endpoint, ``METHOD {server}/{endpoint}{path}``; its parsed JSON answer."""
+        ...

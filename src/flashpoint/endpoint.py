@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from flashpoint import codec
-from flashpoint.config import Settings
 from flashpoint.connection import Connection, ServerConnection
 from flashpoint.default_connection import connect
+from flashpoint.endpointclient import ClientMethods
+from flashpoint.endpointjob import EndpointJob, run_job, runsync_job, with_webhook
 from flashpoint.errors import (
-    ConfigError,
     InvalidEndpointError,
 )
 from flashpoint.jobhandle import JobHandle, job_result
@@ -342,15 +342,24 @@ class EndpointFunction(_Bound, Generic[T]):
 
 
 def _encode_bound(bound: inspect.BoundArguments) -> Any:
+    """Arguments as the worker passes them: by name where the signature allows (so plain calls stay JSON), else by
+    position. When ``*args`` received values, every parameter before it goes by position too: by name, it would
+    arrive twice (``f(6, 7, a=1)`` for ``def f(a, *rest)`` called as ``f(1, 6, 7)``)."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
+    params = bound.signature.parameters
+    positional = any(
+        params[name].kind is inspect.Parameter.VAR_POSITIONAL and value for name, value in bound.arguments.items()
+    )
     for param_name, value in bound.arguments.items():
-        kind = bound.signature.parameters[param_name].kind
+        kind = params[param_name].kind
         if kind is inspect.Parameter.VAR_POSITIONAL:
             args.extend(value)
         elif kind is inspect.Parameter.VAR_KEYWORD:
             kwargs.update(value)
-        elif kind is inspect.Parameter.POSITIONAL_ONLY:
+        elif kind is inspect.Parameter.POSITIONAL_ONLY or (
+            positional and kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ):
             args.append(value)
         else:
             kwargs[param_name] = value
@@ -366,8 +375,20 @@ class EndpointClass(_Bound):
         functools.update_wrapper(self, cls, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> EndpointInstance:
-        init = None if not args and not kwargs else codec.encode_call(args, kwargs)
-        return EndpointInstance(self, init)
+        if not args and not kwargs:
+            return EndpointInstance(self, None)
+        # bound by name as function calls are: Model(3) and Model(size=3) are one instance on the worker, and JSON
+        # (a server without --allow-pickle takes it); a call that cannot fit the constructor fails here, not remotely
+        try:
+            signature = inspect.signature(self.__wrapped__)
+        except (TypeError, ValueError):  # no signature to read (a C-level constructor): the arguments as given
+            return EndpointInstance(self, codec.encode_call(args, kwargs))
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            shown = signature.replace(return_annotation=inspect.Signature.empty)
+            raise TypeError(f"{self.spec.name} {self.__wrapped__.__name__}{shown}: {exc}") from None
+        return EndpointInstance(self, _encode_bound(bound))
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.spec.name!r} class {self.__wrapped__.__name__} gpu={self.spec.describe_gpu()}>"
@@ -436,20 +457,21 @@ def _client_for(options: dict[str, Any]) -> EndpointClient:
     return EndpointClient(endpoint_id)
 
 
-class EndpointClient(Endpoint):
-    """``Endpoint(id="NAME")``: a client of the endpoint NAME served by the flashpoint server at ``FLASHPOINT_URL``.
+class EndpointClient(ClientMethods, Endpoint):
+    """``Endpoint(id="NAME")``: a client of the endpoint NAME served by the flashpoint server at ``FLASHPOINT_URL``,
+    in Runpod Flash's shapes.
 
-    As Flash's ``Endpoint(id=...)``: the input is sent as the job's input as it is, a JSON object (the served
-    function's keyword arguments). Nothing happens until the first call, which checks that the server serves NAME.
+    ``await ep.run(input_data, webhook=None)`` and ``await ep.runsync(input_data, timeout=60.0)`` return an
+    ``EndpointJob``; ``await ep.cancel(job_id)`` too. The input is sent as the job's input as it is (the served
+    function's keyword arguments as a JSON object). ``await ep.get/post/put/delete/patch(path, data)`` call the
+    endpoint's HTTP routes. flashpoint's own: ``ep.job(id)``, ``ep.stream(input_data)``, ``await ep.explain()``.
+    Nothing happens until the first call, which checks that the server serves NAME.
 
     Example:
         >>> ep = Endpoint(id="inference")
-        >>> job = await ep.run({"data": {"x": 1}})
-        >>> await job.wait(timeout=60); job.output
+        >>> job = await ep.runsync({"prompt": "a red fox"})
+        >>> job.output, job.error
     """
-
-    id: str
-    _conn: ServerConnection | None
 
     def __new__(cls, id: str) -> EndpointClient:
         self = object.__new__(cls)
@@ -466,70 +488,6 @@ class EndpointClient(Endpoint):
             f"Endpoint(id={self.id!r}) is a client of a served endpoint and cannot decorate "
             f"{getattr(target, '__name__', type(target).__name__)}; declare endpoints with @Endpoint(name=..., gpu=...)"
         )
-
-    def _server(self) -> ServerConnection:
-        """The connection to the server, without I/O; ConfigError when there is no server to talk to."""
-        if self._conn is not None:
-            return self._conn
-        if not Settings.load().url:
-            raise ConfigError(
-                f"Endpoint(id={self.id!r}) is a client of an endpoint served by a flashpoint server: set "
-                "FLASHPOINT_URL to its address (e.g. FLASHPOINT_URL=http://127.0.0.1:8000 for `flashpoint serve "
-                "app.py`) and FLASHPOINT_API_KEY to its key"
-            )
-        conn = connect()
-        if not isinstance(conn, ServerConnection):
-            raise ConfigError(
-                f"Endpoint(id={self.id!r}) needs a connection to a flashpoint server, but the connection in use "
-                f"({type(conn).__name__}) is an in-process control plane; unset it with "
-                "flashpoint.default_connection.use(None)"
-            )
-        return conn
-
-    async def _connect(self) -> ServerConnection:
-        if self._conn is None:
-            conn = self._server()
-            await conn.check_endpoint(self.id)
-            self._conn = conn
-        return self._conn
-
-    async def run(self, input: Any) -> JobHandle:
-        """Submit a job with ``input`` as its input and return its handle as soon as it is queued."""
-        conn = await self._connect()
-        return JobHandle(conn, await conn.submit(self.id, input, _extra()))
-
-    async def runsync(self, input: Any, timeout: float | None = None) -> Any:
-        """Submit a job, wait for it and return its output.
-
-        Raises:
-            JobFailedError: the job failed, was cancelled or timed out (with the remote type and traceback).
-            TimeoutError: ``timeout`` seconds passed first; the job goes on.
-        """
-        job = await self.run(input)
-        return await job.result(timeout)
-
-    def stream(self, input: Any) -> AsyncIterator[Any]:
-        """Run a job of a generator endpoint and yield its chunks: ``async for chunk in ep.stream({...})``."""
-        return self._stream(input)
-
-    async def _stream(self, input: Any) -> AsyncIterator[Any]:
-        conn = await self._connect()
-        async for chunk in _closing(conn.stream(self.id, input, _extra())):
-            yield chunk
-
-    def job(self, job_id: str) -> JobHandle:
-        """A handle on an existing job of this endpoint; ``await handle.status()`` fetches its state."""
-        return JobHandle(self._server(), JobView.queued(job_id, self.id))
-
-    async def cancel(self, job_id: str) -> str:
-        """Cancel a job (queued or running) and return its status; finished jobs are left as they are."""
-        conn = await self._connect()
-        return (await conn.cancel(job_id)).status.value
-
-    async def explain(self) -> Explanation:
-        """Why this endpoint's jobs wait (or that they don't), per GPU candidate, as the server sees it."""
-        conn = await self._connect()
-        return await conn.explain_endpoint(self.id)
 
     def __repr__(self) -> str:
         return f"<Endpoint id={self.id!r} (served)>"
@@ -578,27 +536,33 @@ class EndpointCommand(_Bound):
             f"handler = Endpoint(name={self.spec.name!r}, ..., worker_command=[...])"
         )
 
-    async def run(self, input: Any) -> JobHandle:
-        """Submit a job with ``input`` as its input and return its handle as soon as it is queued."""
-        return await self._submit(input, {})
-
-    async def runsync(self, input: Any, timeout: float | None = None) -> Any:
-        """Submit a job, wait for it and return its output (``JobFailedError`` if it failed)."""
-        job = await self.run(input)
-        return await job.result(timeout)
-
-    def stream(self, input: Any) -> AsyncIterator[Any]:
-        """Run a job of a generator handler and yield its chunks as they are produced."""
-        return self._stream(input, {})
-
-    def job(self, job_id: str) -> JobHandle:
-        """A handle on an existing job of this endpoint (connected on its first call)."""
-        return JobHandle(self._conn if self._conn is not None else connect(), JobView.queued(job_id, self.spec.name))
-
-    async def cancel(self, job_id: str) -> str:
-        """Cancel a job (queued or running) and return its status; finished jobs are left as they are."""
+    async def run(self, input_data: Any, *, webhook: str | None = None) -> EndpointJob:
+        """Submit a job with ``input_data`` as its input, as it is, and return it as soon as it is queued (as Flash's
+        ``image=`` endpoints do). ``webhook`` needs a flashpoint server (``FLASHPOINT_URL``)."""
         conn = await self._connect()
-        return (await conn.cancel(job_id)).status.value
+        return await run_job(conn, self.spec.name, input_data, with_webhook(conn, {}, webhook))
+
+    async def runsync(self, input_data: Any, timeout: float | None = 60.0) -> EndpointJob:
+        """Submit a job and wait for it to end; the job (``output``, or ``error``: it does not raise).
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first (None: no limit); the job goes on.
+        """
+        conn = await self._connect()
+        return await runsync_job(conn, self.spec.name, input_data, {}, timeout)
+
+    def stream(self, input_data: Any) -> AsyncIterator[Any]:
+        """Run a job of a generator handler and yield its chunks as they are produced."""
+        return self._stream(input_data, {})
+
+    def job(self, job_id: str) -> EndpointJob:
+        """A job of this endpoint by its id (connected on its first call)."""
+        return EndpointJob(self._conn if self._conn is not None else connect(), JobView.queued(job_id, self.spec.name))
+
+    async def cancel(self, job_id: str) -> EndpointJob:
+        """Cancel a job (queued or running) and return it; a finished job is left as it is."""
+        conn = await self._connect()
+        return await EndpointJob(conn, JobView.queued(job_id, self.spec.name)).cancel()
 
     def __repr__(self) -> str:
         command = " ".join(self._target_obj.command)

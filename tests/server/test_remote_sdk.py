@@ -37,7 +37,8 @@ CLIENT = textwrap.dedent(
             print("failed", exc.remote_type, exc.remote_message, "Traceback" in (exc.remote_traceback or ""))
         served = Endpoint(id="echo")
         print("id-run", (await (await served.run({"k": 1})).result(timeout=60))["payload"])
-        print("id-runsync", (await served.runsync({"k": 2}))["payload"])
+        job = await served.runsync({"k": 2})
+        print("id-runsync", job.output["payload"], job.done, job.error)
         print("explain", (await served.explain()).endpoint)
 
     asyncio.run(main())
@@ -64,7 +65,7 @@ def test_decorated_functions_call_the_server_when_flashpoint_url_is_set(serve: A
     assert lines["stream"] == "[{'i': 0}, {'i': 1}, {'i': 2}]"
     assert lines["failed"] == "ValueError remote boom True"
     assert lines["id-run"] == "{'k': 1}"
-    assert lines["id-runsync"] == "{'k': 2}"
+    assert lines["id-runsync"] == "{'k': 2} True None"
     assert lines["explain"] == "echo"
     # no control plane was started in the client: nothing was announced in its state dir
     assert not list((tmp_path / "client-state").glob("run/*.json"))

@@ -20,9 +20,10 @@ from typing import Any
 
 from typing_extensions import assert_type
 
-from flashpoint import Endpoint, JobHandle
+from flashpoint import Endpoint, EndpointJob, JobFailedError, JobView
 from flashpoint.client import HTTPConnection
 from flashpoint.endpoint import Connection, EndpointClient, ServerConnection
+from flashpoint.endpointclient import RouteCall
 from flashpoint.explain import Explanation
 
 
@@ -31,12 +32,22 @@ async def check() -> None:
     assert_type(client, EndpointClient)
     assert_type(Endpoint(name="inference"), Endpoint)
     assert_type(Endpoint("inference", gpu="H200"), Endpoint)
-    assert_type(await client.run({"prompt": "hi"}), JobHandle)
-    assert_type(client.job("job-1"), JobHandle)
-    assert_type(await client.cancel("job-1"), str)
+    job = await client.run({"prompt": "hi"}, webhook="https://hooks.example.com/")
+    assert_type(job, EndpointJob)
+    assert_type(await client.runsync({"prompt": "hi"}, timeout=5), EndpointJob)
+    assert_type(await client.cancel("job-1"), EndpointJob)
+    assert_type(client.job("job-1"), EndpointJob)
+    assert_type(await job.wait(timeout=5), EndpointJob)
+    assert_type(await job.cancel(), EndpointJob)
+    assert_type(await job.status(), str)
+    assert_type(job.error, str | None)
+    assert_type(job.done, bool)
+    assert_type(job.view, JobView)
+    assert_type(job.failure, JobFailedError | None)
     assert_type(await client.explain(), Explanation)
     assert_type(client.stream({"n": 1}), AsyncIterator[Any])
-    output = await client.runsync({"prompt": "hi"}, timeout=5)
+    assert_type(client.post("/v1/completions", {"prompt": "hi"}, timeout=30), RouteCall)
+    output = await client.get("/health")
 
     @Endpoint(name="gen")
     async def gen(n: int) -> AsyncIterator[int]:

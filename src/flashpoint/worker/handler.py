@@ -144,15 +144,24 @@ class Target:
             if self.is_class
             else []
         )
-        self._instances: dict[str, Any] = {}
+        #: one instance per distinct constructor arguments, as the future of its construction
+        self._instances: dict[str, asyncio.Future[Any]] = {}
 
     async def _instance(self, init: Any) -> Any:
         key = json.dumps(init, sort_keys=True)
-        if key not in self._instances:
+        built = self._instances.get(key)
+        if built is None:
             args, kwargs = codec.decode_call(init) if init is not None else ((), {})
-            # the constructor may load a model for seconds: keep the event loop (and the stop channel) responsive
-            self._instances[key] = await asyncio.to_thread(self.target, *args, **kwargs)
-        return self._instances[key]
+            # the constructor may load a model for seconds: keep the event loop (and the stop channel) responsive;
+            # jobs that arrive meanwhile (max_concurrency > 1) wait for this one instead of building another
+            built = self._instances[key] = asyncio.ensure_future(asyncio.to_thread(self.target, *args, **kwargs))
+        try:
+            # shielded: a job cancelled while it waits leaves the construction to the others
+            return await asyncio.shield(built)
+        except BaseException:
+            if built.done() and self._instances.get(key) is built:
+                del self._instances[key]  # a constructor that raised is tried again by the next job
+            raise
 
     async def __call__(self, job: dict[str, Any], meta: dict[str, Any], emit: Emit | None = None) -> Any:
         payload = job.get("input")
