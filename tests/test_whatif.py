@@ -8,16 +8,21 @@ import pytest
 
 from flashpoint import GpuGroup, GpuType
 from flashpoint.fleetspec import bench_fleet, parse_fleet
+from flashpoint.scheduler.inventory import Node
 from flashpoint.spec import EndpointSpec, build_spec
 from flashpoint.whatif import Row, Verdict, what_if
+
+#: what the nodes of a fleet with CPU capacity have: 4 vCPUs, 8 GB, CUDA 12.8
+HOST = Node("", cpus=4, memory_mb=8 * 1024, cuda="12.8")
 
 
 def spec(name: str, **options: Any) -> EndpointSpec:
     return build_spec({"name": name, **options})
 
 
-def rows(fleet: str, *specs: EndpointSpec) -> dict[str, Row]:
-    return {row.endpoint: row for row in what_if(specs, parse_fleet(fleet).devices)}
+def rows(fleet: str, *specs: EndpointSpec, host: Node | None = None) -> dict[str, Row]:
+    described = parse_fleet(fleet, host=host) if host is not None else parse_fleet(fleet)
+    return {row.endpoint: row for row in what_if(specs, described.devices, described.node_facts)}
 
 
 def where(row: Row) -> list[tuple[str, str, str, tuple[int, ...]]]:
@@ -99,10 +104,11 @@ def test_a_second_endpoint_waits_busy_not_never_when_the_only_node_big_enough_is
             [("NVIDIA B200", "not_in_fleet"), (PCIE, "not_in_fleet"), ("NVIDIA A100-SXM4-80GB", "not_in_fleet")],
         ),
         ({"gpu": GpuGroup.ANY, "gpu_count": 3}, Verdict.NEVER, [("ANY", "not_in_fleet")]),
-        ({"cpu": "cpu3c-1-2"}, Verdict.CPU, []),
+        # the fleet declares no CPU capacity: a CPU endpoint never fits
+        ({"cpu": "cpu3c-1-2"}, Verdict.NEVER, [("cpu3c-1-2", "cpu_too_large")]),
     ],
 )
-def test_never_and_cpu_verdicts(options: dict[str, Any], verdict: Verdict, reasons: list[tuple[str, str]]) -> None:
+def test_never_verdicts(options: dict[str, Any], verdict: Verdict, reasons: list[tuple[str, str]]) -> None:
     row = rows("a=H200:2;b=L40S:1", spec("ep", **options))["ep"]
 
     assert row.verdict is verdict
@@ -172,6 +178,7 @@ def test_rows_keep_the_apps_order_and_json_shape() -> None:
     result = what_if(specs, parse_fleet("n=H200:1").devices)
 
     assert [r.endpoint for r in result] == ["z", "y", "x"]
+    assert result[0].verdict is Verdict.NEVER  # nodes nobody described have no CPU capacity
     assert result[2].to_json() == {
         "endpoint": "x",
         "gpu": "NVIDIA H200",
@@ -190,10 +197,12 @@ def test_rows_keep_the_apps_order_and_json_shape() -> None:
                 "node": "n",
                 "deviceIds": [0],
                 "simulated": True,
+                "cpu": None,
             }
         ],
         "reasons": [],
         "skipped": [],
+        "notes": [],
     }
 
 
@@ -220,3 +229,73 @@ def test_on_the_benchmark_fleet() -> None:
     assert [w.node for w in result["h200x8"].workers] == ["bench-0018", "bench-0040"]
     assert result["h200x9"].verdict is Verdict.NEVER
     assert "the most on one node is 8" in result["h200x9"].reasons[0].detail
+
+
+# --- CPU endpoints and node filters ---------------------------------------------------------------------------------
+
+
+def test_cpu_workers_take_vcpus_and_memory_until_none_fit() -> None:
+    # Given nodes of 4 vCPUs and 8 GB, an endpoint of 2-vCPU workers and one of 4-vCPU workers
+    small = spec("small", cpu="cpu3c-2-4", workers=(0, 3))
+    large = spec("large", cpu=["cpu3c-8-16", "cpu3c-4-8"], workers=(0, 2))
+
+    result = rows("a=H200:1;b=H200:1", small, large, host=HOST)
+
+    # small takes a's CPUs (first worker), large's first falls back to cpu3c-4-8 on b, small's second goes nowhere
+    assert [(w.phase, w.candidate, w.node, w.cpu.cores if w.cpu else None) for w in result["small"].workers] == [
+        ("first", "cpu3c-2-4", "a", (0, 1)),
+        ("scale", "cpu3c-2-4", "a", (2, 3)),
+    ]
+    assert [(w.candidate, w.node) for w in result["large"].workers] == [("cpu3c-4-8", "b")]
+    assert result["large"].verdict is Verdict.RUNS
+    assert codes(result["large"]) == [("cpu3c-8-16", "cpu_too_large"), ("cpu3c-4-8", "cpu_busy")]
+    assert [r.candidate for r in result["large"].skipped] == ["cpu3c-8-16"]
+    assert result["small"].workers[0].to_json()["cpu"] == {"instance": "cpu3c-2-4", "cores": [0, 1], "memoryGb": 4.0}
+    assert result["small"].workers[0].to_json()["gpuModel"] is None
+
+
+def test_a_cpu_instance_larger_than_every_node_is_never() -> None:
+    (row,) = rows("a=H200:1", spec("big", cpu="cpu5c-8-16"), host=HOST).values()
+
+    assert row.verdict is Verdict.NEVER
+    (reason,) = row.reasons
+    assert reason.code.value == "cpu_too_large"
+    assert "cpu5c-8-16 needs 8 vCPUs and 16 GB; the largest node has 4 vCPUs and 8 GB" in reason.detail
+    assert "FLASHPOINT_CPUS=8 and FLASHPOINT_MEMORY_GB=16" in reason.detail
+
+
+def test_datacenters_and_cuda_floors_choose_the_nodes() -> None:
+    # Given three nodes: a in EU-RO-1 with an old driver, b in EU-RO-1, c in US-KS-2
+    fleet = parse_fleet("a=H200:1;b=H200:1;c=H200:1", host=HOST)
+    nodes = [
+        Node("a", cpus=4, memory_mb=8192, cuda="12.4", labels={"datacenter": "EU-RO-1"}),
+        Node("b", cpus=4, memory_mb=8192, cuda="12.8", labels={"datacenter": "EU-RO-1"}),
+        Node("c", cpus=4, memory_mb=8192, cuda="12.8", labels={"datacenter": "US-KS-2"}),
+    ]
+    specs = [
+        spec("eu", gpu=GpuType.NVIDIA_H200, datacenter="EU-RO-1", workers=(0, 3)),
+        spec("new", gpu=GpuType.NVIDIA_H200, min_cuda_version="12.8", workers=(0, 3)),
+        spec("nowhere", gpu=GpuType.NVIDIA_H200, datacenter="US-CA-2"),
+    ]
+
+    result = {r.endpoint: r for r in what_if(specs, fleet.devices, nodes)}
+
+    # first workers: eu takes a (its first node), new takes b (a's driver is too old for it); then eu finds nothing
+    # more in EU-RO-1, and new takes c
+    assert [w.node for w in result["eu"].workers] == ["a"]
+    assert [w.node for w in result["new"].workers] == ["b", "c"]
+    assert codes(result["eu"]) == [(H200, "busy"), ("datacenter=EU-RO-1", "datacenter")]
+    assert result["eu"].reasons[1].detail == "1 node(s) are not in EU-RO-1: US-KS-2 (c)"
+    assert codes(result["new"]) == [(H200, "busy"), ("min_cuda_version=12.8", "cuda_version")]
+    assert "a has CUDA 12.4 < 12.8" in result["new"].reasons[1].detail
+    assert result["nowhere"].verdict is Verdict.NEVER
+    assert codes(result["nowhere"]) == [("datacenter=US-CA-2", "datacenter")]
+    assert "the fleet's nodes are in: EU-RO-1 (a, b); US-KS-2 (c)" in result["nowhere"].reasons[0].detail
+
+
+def test_a_datacenter_on_a_fleet_without_datacenter_labels_is_not_applied_and_says_so() -> None:
+    (row,) = rows("a=H200:1", spec("eu", gpu=GpuType.NVIDIA_H200, datacenter="EU-RO-1"), host=HOST).values()
+
+    assert row.verdict is Verdict.RUNS
+    (note,) = row.notes
+    assert note.startswith("datacenter=EU-RO-1 is not applied: no node of this fleet has a datacenter label")

@@ -12,11 +12,12 @@ busy):
 3. ``scale``: round-robin in declared order, each endpoint below its ``workers_max`` gets one more worker, until
    none can: the last rounds show who runs out of room first.
 
-Every worker is placed as the control plane places one (``scheduler.placement``): the first candidate in declared
-order with ``gpu_count`` free devices of one model on one node. An endpoint that cannot get a worker once never gets
-another (the fleet only fills up), so its reasons are those of that attempt. An endpoint no candidate could ever fit
-on this fleet is ``never`` (placement's ``not_in_fleet`` per candidate) and takes no part; a CPU endpoint needs no
-GPU.
+Every worker is placed as the control plane places one (``scheduler.placement.place_endpoint``): on the nodes the
+endpoint's ``datacenter=`` and ``min_cuda_version`` leave it, the first candidate in declared order with
+``gpu_count`` free devices of one model on one node; a CPU worker, the first instance type whose vCPUs and memory are
+free on one node. An endpoint that cannot get a worker once never gets another (the fleet only fills up), so its
+reasons are those of that attempt. An endpoint that could never fit on this fleet is ``never`` (placement's
+never-codes: ``not_in_fleet``, ``cpu_too_large``, ``datacenter``, ``cuda_version``) and takes no part.
 
 Service module: imports the domain layer and ``scheduler.placement``.
 """
@@ -29,10 +30,11 @@ from enum import Enum
 from typing import Any, Literal
 
 from flashpoint.explain import WaitReason
-from flashpoint.gpus import Candidate, describe
+from flashpoint.gpus import describe
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder
-from flashpoint.scheduler.placement import Fit, NoFit, place
+from flashpoint.scheduler.inventory import Device, Holder, Node
+from flashpoint.scheduler.nodes import CpuSlot
+from flashpoint.scheduler.placement import CpuFit, Fit, NoFit, endpoint_notes, never_candidates, place_endpoint
 from flashpoint.spec import EndpointSpec
 
 __all__ = ["Phase", "PlannedWorker", "Row", "Verdict", "what_if"]
@@ -46,12 +48,11 @@ class Verdict(str, Enum):
 
     #: it gets at least the workers its jobs need (its minimum, and at least one)
     RUNS = "runs"
-    #: it does not: the GPUs it could use are all taken by workers placed before (busy); its jobs would wait
+    #: it does not: the GPUs (or vCPUs) it could use are all taken by workers placed before (busy); its jobs would
+    #: wait
     WAITS = "waits"
-    #: no candidate could ever fit on this fleet, even an idle one (not_in_fleet); its jobs would wait forever
+    #: it could never fit on this fleet, even an idle one (not_in_fleet and the like); its jobs would wait forever
     NEVER = "never"
-    #: a CPU endpoint: needs no GPU
-    CPU = "cpu"
 
     def __str__(self) -> str:
         return self.value
@@ -59,32 +60,41 @@ class Verdict(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class PlannedWorker:
-    """One worker the endpoint would get: which candidate matched, and which devices on which node."""
+    """One worker the endpoint would get: which candidate matched, and which devices (or CPU slot) on which node."""
 
     worker_id: str
     phase: Phase
-    #: the candidate that fit, as placement names it ("NVIDIA H200", "ANY")
+    #: the candidate that fit, as placement names it ("NVIDIA H200", "ANY"; a CPU instance type, "cpu3c-2-4")
     candidate: str
     node: str
     devices: tuple[Device, ...]
+    #: a CPU worker's cores and memory (None for a GPU worker)
+    cpu: CpuSlot | None = None
+    #: whether its node is simulated (a CPU worker's; a GPU worker's devices say it)
+    node_simulated: bool = True
 
     @property
     def model(self) -> str:
-        return self.devices[0].model_name
+        """The GPU model, or the CPU instance type of a CPU worker."""
+        return self.devices[0].model_name if self.devices else self.candidate
 
     @property
     def simulated(self) -> bool:
-        return all(d.simulated for d in self.devices)
+        return all(d.simulated for d in self.devices) if self.devices else self.node_simulated
 
     def to_json(self) -> dict[str, Any]:
+        cpu = self.cpu
         return {
             "workerId": self.worker_id,
             "phase": self.phase,
             "candidate": self.candidate,
-            "gpuModel": self.model,
+            "gpuModel": self.devices[0].model_name if self.devices else None,
             "node": self.node,
             "deviceIds": [d.index for d in self.devices],
             "simulated": self.simulated,
+            "cpu": None
+            if cpu is None
+            else {"instance": self.candidate, "cores": list(cpu.cores), "memoryGb": round(cpu.memory_mb / 1024, 1)},
         }
 
 
@@ -93,18 +103,20 @@ class Row:
     """What one endpoint gets on the fleet."""
 
     endpoint: str
-    #: what it asks for, e.g. "NVIDIA H200 > NVIDIA A100 80GB PCIe (x2)" or "cpu=cpu3c-1-2"
+    #: what it asks for, e.g. "NVIDIA H200 > NVIDIA A100 80GB PCIe (x2)" or "cpu=cpu3c-1-2 > cpu3c-2-4"
     asks: str
     gpu_count: int
     workers_min: int
     workers_max: int
     verdict: Verdict
     workers: tuple[PlannedWorker, ...] = ()
-    #: never: every candidate's not_in_fleet; otherwise, when it got fewer than workers_max, why the next worker
-    #: found no room (busy, with the holders; not_in_fleet for candidates that could never fit)
+    #: never: why it can never fit (per candidate, and per node filter that left nodes out); otherwise, when it got
+    #: fewer than workers_max, why the next worker found no room (busy, with the holders, and the like)
     reasons: tuple[WaitReason, ...] = ()
     #: candidates that could never fit on this fleet although others can (its fallback skips them)
     skipped: tuple[WaitReason, ...] = ()
+    #: what its options do not do on this fleet (a datacenter option no node label can match)
+    notes: tuple[str, ...] = ()
 
     @property
     def needed(self) -> int:
@@ -124,28 +136,36 @@ class Row:
             "workers": [w.to_json() for w in self.workers],
             "reasons": [r.to_json() for r in self.reasons],
             "skipped": [r.to_json() for r in self.skipped],
+            "notes": list(self.notes),
         }
 
 
 class _Fleet:
     """The what-if's fleet and who holds what: the one place that calls placement."""
 
-    def __init__(self, devices: Sequence[Device]) -> None:
-        self._index = FleetIndex(devices)
+    def __init__(self, devices: Sequence[Device], nodes: Sequence[Node]) -> None:
+        self.index = FleetIndex(devices, nodes)
         #: the same fleet with nothing held, for "could this ever fit" (placement's ``feasible``, built once)
-        self._idle = FleetIndex(devices)
+        self.idle = FleetIndex(devices, nodes)
 
-    def never(self, candidates: Sequence[Candidate], gpu_count: int) -> NoFit | None:
-        """Why ``gpu_count`` x these candidates could never fit even on the idle fleet; None when they could."""
-        result = place(candidates, gpu_count, self._idle)
+    def never(self, spec: EndpointSpec) -> NoFit | None:
+        """Why a worker of ``spec`` could never fit even on the idle fleet; None when one could."""
+        result = place_endpoint(spec, self.idle)
         return result if isinstance(result, NoFit) else None
 
-    def place(self, candidates: Sequence[Candidate], gpu_count: int) -> Fit | NoFit:
+    def place(self, spec: EndpointSpec) -> Fit | CpuFit | NoFit:
         # nothing yields: every worker of the what-if is busy
-        return place(candidates, gpu_count, self._index)
+        return place_endpoint(spec, self.index)
 
-    def hold(self, fit: Fit, holder: Holder) -> None:
-        self._index.hold(fit.devices, holder)
+    def hold(self, fit: Fit | CpuFit, holder: Holder) -> None:
+        if isinstance(fit, CpuFit):
+            self.index.nodes.reserve(fit.slot, holder)
+        else:
+            self.index.hold(fit.devices, holder)
+
+    def node_simulated(self, name: str) -> bool:
+        node = self.index.nodes.node(name)
+        return node is not None and node.simulated
 
 
 class _Plan:
@@ -160,31 +180,35 @@ class _Plan:
         """Try one more worker; False (and remember why) when none fits."""
         if self.stuck is not None or len(self.workers) >= self.spec.workers_max:
             return False
-        result = fleet.place(self.spec.candidates, self.spec.gpu_count)
+        result = fleet.place(self.spec)
         if isinstance(result, NoFit):
             self.stuck = result
             return False
         worker_id = f"{self.spec.name}-{len(self.workers) + 1}"
         fleet.hold(result, Holder(worker_id, self.spec.name))
-        self.workers.append(PlannedWorker(worker_id, phase, describe(result.candidate), result.node, result.devices))
+        if isinstance(result, CpuFit):
+            planned = PlannedWorker(
+                worker_id, phase, result.request.name, result.node, (), result.slot, fleet.node_simulated(result.node)
+            )
+        else:
+            planned = PlannedWorker(worker_id, phase, describe(result.candidate), result.node, result.devices)
+        self.workers.append(planned)
         return True
 
 
-def what_if(specs: Sequence[EndpointSpec], devices: Sequence[Device]) -> list[Row]:
-    """Where the workers of ``specs`` (in the app's order) would go on ``devices``: one row per spec, same order.
+def what_if(specs: Sequence[EndpointSpec], devices: Sequence[Device], nodes: Sequence[Node] = ()) -> list[Row]:
+    """Where the workers of ``specs`` (in the app's order) would go on ``devices`` and ``nodes`` (a node a device
+    names that ``nodes`` omits has no CPU capacity and an unknown CUDA version): one row per spec, same order.
 
     See the module docstring for the order in which workers are placed.
     """
-    fleet = _Fleet(devices)
+    fleet = _Fleet(devices, nodes)
     rows: dict[str, Row] = {}
     plans: list[_Plan] = []
     for spec in specs:
-        if not spec.uses_gpu:
-            rows[spec.name] = _row(spec, Verdict.CPU)
-            continue
-        never = fleet.never(spec.candidates, spec.gpu_count)
+        never = fleet.never(spec)
         if never is not None:
-            rows[spec.name] = _row(spec, Verdict.NEVER, reasons=never.reasons)
+            rows[spec.name] = _row(spec, Verdict.NEVER, fleet, reasons=never.reasons)
             continue
         plans.append(_Plan(spec))
     for plan in plans:
@@ -201,16 +225,14 @@ def what_if(specs: Sequence[EndpointSpec], devices: Sequence[Device]) -> list[Ro
     for plan in plans:
         spec = plan.spec
         verdict = Verdict.RUNS if len(plan.workers) >= max(spec.workers_min, 1) else Verdict.WAITS
-        # the candidates its fallback skips because they could never fit (placement's not_in_fleet, one each)
-        skipped = tuple(
-            never.reasons[0] for c in spec.candidates if (never := fleet.never((c,), spec.gpu_count)) is not None
-        )
         rows[spec.name] = _row(
             spec,
             verdict,
+            fleet,
             workers=tuple(plan.workers),
             reasons=plan.stuck.reasons if plan.stuck is not None else (),
-            skipped=skipped,
+            # the candidates its fallback skips because they could never fit (one reason each)
+            skipped=never_candidates(spec, fleet.idle),
         )
     return [rows[spec.name] for spec in specs]
 
@@ -218,6 +240,7 @@ def what_if(specs: Sequence[EndpointSpec], devices: Sequence[Device]) -> list[Ro
 def _row(
     spec: EndpointSpec,
     verdict: Verdict,
+    fleet: _Fleet,
     *,
     workers: tuple[PlannedWorker, ...] = (),
     reasons: tuple[WaitReason, ...] = (),
@@ -233,4 +256,5 @@ def _row(
         workers,
         reasons,
         skipped,
+        endpoint_notes(spec, fleet.idle),
     )

@@ -44,6 +44,9 @@ def invoke(tmp_path: Path, *args: str) -> Any:
         "FLASHPOINT_STATE_DIR": str(tmp_path / "state"),
         "FLASHPOINT_NODE": "here",
         "FLASHPOINT_SIMULATED_GPUS": None,
+        # what every node of a --fleet has unless the fleet file says: declared, so no machine's own count shows
+        "FLASHPOINT_CPUS": "2",
+        "FLASHPOINT_MEMORY_GB": "8",
     }
     return runner.invoke(app, ["explain", "--app", APP, *args], env=env)
 
@@ -74,8 +77,10 @@ def test_what_if_names_the_nodes_and_devices_each_worker_would_get(tmp_path: Pat
     assert "NVIDIA A100 80GB PCIe: busy (all held by train)" in out
     assert "endpoint huge: never:" in out
     assert "NVIDIA B200: not_in_fleet (no node has NVIDIA B200)" in out
-    assert "endpoint tidy: CPU endpoint" in out
-    assert "placement does not match on them yet" in out
+    # the CPU endpoint takes a vCPU of the first node (this machine's declared 2 vCPUs and 8 GB, as every node here)
+    assert "endpoint tidy: runs: gets all 1 of its workers" in out
+    assert all(word in row("tidy-1") for word in ("its first job", "cpu3c-1-2", "rack1-a", "cores 0"))
+    assert "datacenter is matched by datacenter=" in out
 
 
 def test_what_if_json(tmp_path: Path) -> None:
@@ -107,7 +112,18 @@ def test_what_if_json(tmp_path: Path) -> None:
     )
     assert by_name["train"]["reasons"][1]["code"] == "not_in_fleet"
     assert by_name["huge"]["never"] is True and by_name["huge"]["workers"] == []
-    assert by_name["tidy"]["verdict"] == "cpu"
+    assert by_name["tidy"]["verdict"] == "runs"
+    assert [(w["node"], w["cpu"]) for w in by_name["tidy"]["workers"]] == [
+        ("a", {"instance": "cpu3c-1-2", "cores": [0], "memoryGb": 2.0})
+    ]
+    assert body["fleet"]["nodeFacts"][0] == {
+        "name": "a",
+        "cpus": 2,
+        "memoryGb": 8.0,
+        "cuda": "12.8",
+        "labels": {},
+        "simulated": True,
+    }
 
 
 def test_what_if_for_one_endpoint_still_places_the_others(tmp_path: Path) -> None:

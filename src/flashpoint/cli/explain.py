@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -24,11 +23,13 @@ from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
 from flashpoint.errors import ConfigError, NotFoundError
 from flashpoint.explain import Explanation, WaitReason
-from flashpoint.fleet import discover
+from flashpoint.fleet import discover_fleet, host_node
 from flashpoint.fleetspec import SimulatedFleet, is_file_reference, load_fleet, read_fleet
+from flashpoint.gpus import describe as describe_gpu
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, fleet_summary
-from flashpoint.scheduler.placement import NoFit, place
+from flashpoint.scheduler.inventory import Fleet, fleet_summary, nodes_summary
+from flashpoint.scheduler.placement import CpuFit, NoFit, endpoint_notes, never_candidates, place_endpoint
+from flashpoint.scheduler.views import never_summary
 from flashpoint.spec import EndpointSpec
 from flashpoint.whatif import Row, Verdict, what_if
 
@@ -128,40 +129,42 @@ def explain(
 # offline: an app file against the local fleet
 
 
-def explain_offline(spec: EndpointSpec, devices: Sequence[Device]) -> Explanation:
-    """What a control plane on ``devices`` would do for ``spec`` with nothing running: place a worker, or never."""
-    fleet = fleet_summary(devices)
-    if not spec.uses_gpu:
-        return Explanation(spec.name, f"CPU endpoint ({spec.cpu}): needs no GPU; a worker would start now", fleet=fleet)
-    index = FleetIndex(devices)
-    result = place(spec.candidates, spec.gpu_count, index)
+def explain_offline(spec: EndpointSpec, fleet: Fleet) -> Explanation:
+    """What a control plane on ``fleet`` would do for ``spec`` with nothing running: place a worker, or never."""
+    index = FleetIndex(fleet.devices, fleet.nodes)
+    summary_of_fleet = fleet_summary(fleet.devices) if spec.uses_gpu else nodes_summary(fleet.nodes)
+    notes = endpoint_notes(spec, index)
+    result = place_endpoint(spec, index)
     if isinstance(result, NoFit):
         return Explanation(
             spec.name,
-            "can never run on this fleet: no candidate exists in it with enough devices on one node; "
-            "its jobs would wait IN_QUEUE until such a device joins",
+            f"{never_summary(result)}; its jobs would wait IN_QUEUE until such a node joins",
             reasons=result.reasons,
             never=True,
-            fleet=fleet,
+            fleet=summary_of_fleet,
+            notes=notes,
         )
-    # The candidates before the one that fits were skipped; on an idle fleet that can only mean not_in_fleet.
-    skipped: list[WaitReason] = []
-    for candidate in spec.candidates:
-        if candidate == result.candidate:
+    # The candidates before the one that fits were skipped; on an idle fleet that can only mean they never fit.
+    fitted = result.request.name if isinstance(result, CpuFit) else describe_gpu(result.candidate)
+    skipped = []
+    for reason in never_candidates(spec, index):
+        if reason.candidate == fitted:
             break
-        earlier = place((candidate,), spec.gpu_count, index)
-        if isinstance(earlier, NoFit):
-            skipped.extend(earlier.reasons)
-    first = result.devices[0]
-    ids = ", ".join(str(d.index) for d in result.devices)
-    plural = "s" if len(result.devices) > 1 else ""
-    summary = (
-        f"a worker would start now on {len(result.devices)} x {first.model_name} on {result.node} "
-        f"(device{plural} {ids}, {'simulated' if first.simulated else 'real'})"
-    )
+        skipped.append(reason)
+    if isinstance(result, CpuFit):
+        cores = ", ".join(str(c) for c in result.slot.cores)
+        summary = f"a worker would start now on {result.node} as {fitted} (cores {cores})"
+    else:
+        first = result.devices[0]
+        ids = ", ".join(str(d.index) for d in result.devices)
+        plural = "s" if len(result.devices) > 1 else ""
+        summary = (
+            f"a worker would start now on {len(result.devices)} x {first.model_name} on {result.node} "
+            f"(device{plural} {ids}, {'simulated' if first.simulated else 'real'})"
+        )
     if skipped:
         summary += f", after falling back past {', '.join(r.candidate for r in skipped)}"
-    return Explanation(spec.name, summary, reasons=tuple(skipped), fleet=fleet)
+    return Explanation(spec.name, summary, reasons=tuple(skipped), fleet=summary_of_fleet, notes=notes)
 
 
 def _offline(app_path: str, target: str | None) -> list[Item]:
@@ -173,9 +176,9 @@ def _offline(app_path: str, target: str | None) -> list[Item]:
     # Settings are read after the import: an app may set FLASHPOINT_* variables at import time (the examples
     # simulate GPUs when NVML finds none), and the explanation should see the fleet the app would run on.
     settings = Settings.load()
-    devices = discover(settings.simulated_gpus, node=settings.node)
+    fleet = discover_fleet(settings, settings.simulated_gpus)
     source = f"{app_path} against this machine's fleet (nothing started)"
-    return [Item(explain_offline(ep.spec, devices), source, asks=ep.spec.describe_gpu()) for ep in endpoints.values()]
+    return [Item(explain_offline(ep.spec, fleet), source, asks=ep.spec.describe_gpu()) for ep in endpoints.values()]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -188,12 +191,14 @@ def _usage(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _described_fleet(value: str, node: str) -> SimulatedFleet:
-    """``--fleet``: an existing file by any name, ``@path``, ``*.toml``, or the one-line syntax."""
+def _described_fleet(value: str, settings: Settings) -> SimulatedFleet:
+    """``--fleet``: an existing file by any name, ``@path``, ``*.toml``, or the one-line syntax; its nodes take what
+    they do not declare from this machine (``fleet.host_node``)."""
     try:
+        host = host_node(settings, cuda=settings.simulated_cuda, simulated=True)
         if not is_file_reference(value) and Path(value).expanduser().is_file():
-            return load_fleet(value)
-        return read_fleet(value, node=node, where="--fleet")
+            return load_fleet(value, host=host)
+        return read_fleet(value, node=settings.node, where="--fleet", host=host)
     except ConfigError as exc:
         text = str(exc)
         _usage(text if text.startswith("--fleet") else f"--fleet: {text}")
@@ -207,12 +212,13 @@ def what_if_command(app_path: str, fleet_value: str, target: str | None, as_json
     """
     if target is not None and split_target(app_path)[1] is not None:
         raise ConfigError("name the endpoint once: either --app app.py:attr or the ENDPOINT argument, not both")
-    fleet = _described_fleet(fleet_value, Settings.load().node)
+    fleet = _described_fleet(fleet_value, Settings.load())
     # What the app prints while it is imported goes to stderr, so that --json output stays parseable.
     with contextlib.redirect_stdout(sys.stderr):
         endpoints = load_endpoints(app_path)
         shown = set(load_endpoints(f"{app_path}:{target}")) if target is not None else set(endpoints)
-    rows = [r for r in what_if([ep.spec for ep in endpoints.values()], fleet.devices) if r.endpoint in shown]
+    specs = [ep.spec for ep in endpoints.values()]
+    rows = [r for r in what_if(specs, fleet.devices, fleet.node_facts) if r.endpoint in shown]
     if as_json:
         print_json(
             {"app": app_path, "fleet": _fleet_json(fleet, fleet_value), "endpoints": [r.to_json() for r in rows]}
@@ -236,9 +242,13 @@ def what_if_command(app_path: str, fleet_value: str, target: str | None, as_json
             out.print(f"  {title}:", markup=False)
             for reason in reasons:
                 out.print(f"    {reason}", markup=False)
+        for note in row.notes:
+            out.print(f"  note: {note}", markup=False)
     if fleet.labels:
         out.print()
-        out.print("Node labels are shown for reference: placement does not match on them yet.", markup=False)
+        out.print(
+            "Node labels: datacenter is matched by datacenter=; the others are shown for reference.", markup=False
+        )
 
 
 def _models(fleet: SimulatedFleet) -> dict[str, dict[str, Any]]:
@@ -259,6 +269,7 @@ def _fleet_json(fleet: SimulatedFleet, source: str) -> dict[str, Any]:
         "simulated": all(d.simulated for d in fleet.devices),
         "models": [{**m, "nodes": len(m["nodes"])} for m in _models(fleet).values()],
         "labels": {node: dict(labels) for node, labels in fleet.labels.items()},
+        "nodeFacts": [n.to_json() for n in fleet.node_facts],
     }
 
 
@@ -276,26 +287,27 @@ def _fleet_table(fleet: SimulatedFleet) -> Table:
 
 def _row_lines(row: Row) -> list[str]:
     placed = len(row.workers)
-    if row.verdict is Verdict.CPU:
-        verdict = "CPU endpoint: needs no GPU; its workers start without one"
-    elif row.verdict is Verdict.NEVER:
+    cpu = row.asks.startswith("cpu=")
+    if row.verdict is Verdict.NEVER:
         verdict = (
-            "never: no candidate can ever fit on this fleet (not enough devices of one model on one node); "
-            "its jobs would wait IN_QUEUE until such a device joins"
-        )
+            "never: no node it may use has the vCPUs and memory of its CPU instance"
+            if cpu
+            else "never: no candidate can ever fit on this fleet (not enough devices of one model on one node)"
+        ) + "; its jobs would wait IN_QUEUE until such a node joins"
     elif row.verdict is Verdict.WAITS:
+        taken = "vCPUs and memory" if cpu else "GPUs"
         verdict = (
             f"waits: busy: gets {placed} of the {row.needed} worker{'s' if row.needed > 1 else ''} its jobs need "
-            "(the GPUs it could use are taken by the workers placed before it)"
+            f"(the {taken} it could use are taken by the workers placed before it)"
         )
     elif placed == row.workers_max:
         verdict = f"runs: gets all {placed} of its workers"
     else:
         verdict = f"runs: gets {placed} of its {row.workers_max} workers; a worker more would wait: busy"
-    lines = [f"endpoint {row.endpoint}: {verdict}"]
-    if row.verdict is not Verdict.CPU:
-        lines.append(f"  asks for {row.asks}, workers {row.workers_min}..{row.workers_max}")
-    return lines
+    return [
+        f"endpoint {row.endpoint}: {verdict}",
+        f"  asks for {row.asks}, workers {row.workers_min}..{row.workers_max}",
+    ]
 
 
 def _row_reasons(row: Row) -> list[tuple[str, tuple[WaitReason, ...]]]:
@@ -315,12 +327,17 @@ def _workers_table(row: Row, fleet: SimulatedFleet) -> Table:
     why = {"min": "its minimum", "first": "its first job", "scale": "scaling up"}
     for worker in row.workers:
         labels = fleet.labels.get(worker.node, {})
+        where = (
+            ", ".join(str(d.index) for d in worker.devices)
+            if worker.cpu is None
+            else "cores " + ", ".join(str(c) for c in worker.cpu.cores)
+        )
         table.add_row(
             worker.worker_id,
             why[worker.phase],
             worker.model,
             worker.node,
-            ", ".join(str(d.index) for d in worker.devices),
+            where,
             "simulated" if worker.simulated else "real",
             Text(", ".join(f"{k}={v}" for k, v in labels.items()) or "-"),
         )

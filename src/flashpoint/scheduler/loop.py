@@ -30,7 +30,7 @@ from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
-from flashpoint.scheduler.placement import NoFit, feasible_endpoint, node_filter
+from flashpoint.scheduler.placement import NoFit, endpoint_notes, feasible_endpoint
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
 from flashpoint.spec import EndpointSpec, WorkerTarget, options_of
@@ -260,8 +260,7 @@ class ControlPlane(WorkerSupervision):
 
     def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
         """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match)."""
-        rule = node_filter(spec)
-        return () if rule.open else self.index.nodes.eligible(rule).notes
+        return endpoint_notes(spec, self.index)
 
     def endpoint(self, name: str) -> EndpointState:
         try:

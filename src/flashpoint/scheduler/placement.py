@@ -230,6 +230,24 @@ def node_filter(spec: EndpointSpec) -> NodeFilter:
     return NodeFilter(tuple(spec.datacenters), spec.min_cuda_version if spec.uses_gpu else None)
 
 
+def endpoint_notes(spec: EndpointSpec, index: FleetIndex) -> tuple[str, ...]:
+    """What ``spec``'s node options do not do on this fleet, in words (a datacenter no node label can match)."""
+    rule = node_filter(spec)
+    return () if rule.open else index.nodes.eligible(rule).notes
+
+
+def never_candidates(spec: EndpointSpec, index: FleetIndex) -> tuple[WaitReason, ...]:
+    """The candidates (GPU models, or CPU instance types) of ``spec`` that no node its filters leave could ever hold,
+    one reason each, in declared order: what its fallback skips on this fleet, whoever holds what."""
+    rule = node_filter(spec)
+    allowed = None if rule.open else index.nodes.eligible(rule).nodes
+    if spec.uses_gpu:
+        found = (_not_in_fleet(c, spec.gpu_count, index, allowed) for c in spec.candidates)
+        return tuple(r for r in found if r is not None)
+    ledger = index.nodes
+    return tuple(_too_large(r, ledger, allowed) for r in cpu_requests(spec) if not ledger.could_hold(r, allowed))
+
+
 def place_endpoint(
     spec: EndpointSpec, index: FleetIndex, yieldable: Callable[[Holder], bool] = _never
 ) -> Fit | CpuFit | NoFit:
