@@ -15,6 +15,7 @@ from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
 from flashpoint.fleet import discover
 from flashpoint.fleetspec import (
+    NO_HOST,
     SimulatedFleet,
     bench_fleet,
     is_file_reference,
@@ -24,6 +25,7 @@ from flashpoint.fleetspec import (
     read_fleet,
 )
 from flashpoint.gpus import MODELS, GpuType, model_of
+from flashpoint.scheduler.inventory import Node
 
 
 def shape(fleet: SimulatedFleet) -> list[tuple[str, int, str]]:
@@ -157,6 +159,63 @@ def test_a_fleet_file_describes_nodes_models_counts_and_labels(tmp_path: Path) -
     assert fleet.devices[0].memory_mb == 141 * 1024
 
 
+NODES_FILE = """
+    [[node]]
+    name = "gpu-box"
+    gpus = { H200 = 1 }
+    cpus = 32
+    memory_gb = 256
+    cuda = "12.4"
+    labels = { datacenter = "EU-RO-1" }
+
+    [[node]]
+    name = "cpu-box"
+    cpus = 8
+    count = 2
+
+    [[node]]
+    name = "plain"
+    gpus = { L40S = 1 }
+"""
+
+HOST = Node("", cpus=2, memory_mb=4 * 1024, cuda="12.8", labels={"datacenter": "US-KS-2", "rack": "7"}, cores=(3, 5))
+
+
+def test_fleet_file_nodes_declare_cpus_memory_cuda_and_labels_and_take_the_rest_from_the_host(tmp_path: Path) -> None:
+    fleet = load_fleet(write(tmp_path, NODES_FILE), host=HOST)
+
+    facts = [(n.name, n.cpus, n.memory_mb, n.cuda, dict(n.labels), n.cores, n.simulated) for n in fleet.node_facts]
+    assert facts == [
+        ("gpu-box", 32, 256 * 1024, "12.4", {"datacenter": "EU-RO-1", "rack": "7"}, (), True),
+        ("cpu-box-0", 8, 4 * 1024, "12.8", {"datacenter": "US-KS-2", "rack": "7"}, (), True),
+        ("cpu-box-1", 8, 4 * 1024, "12.8", {"datacenter": "US-KS-2", "rack": "7"}, (), True),
+        # declares nothing: this machine's CPUs, with its own core ids
+        ("plain", 2, 4 * 1024, "12.8", {"datacenter": "US-KS-2", "rack": "7"}, (3, 5), True),
+    ]
+    # CPU-only nodes are nodes of the fleet, without devices
+    assert fleet.nodes == ("gpu-box", "cpu-box-0", "cpu-box-1", "plain")
+    assert [d.node for d in fleet.devices] == ["gpu-box", "plain"]
+    assert [n.name for n in fleet.fleet.nodes] == list(fleet.nodes)
+    # the labels the file declares are what the what-if shows
+    assert fleet.labels == {"gpu-box": {"datacenter": "EU-RO-1"}}
+
+
+def test_one_line_nodes_are_all_like_the_host() -> None:
+    fleet = parse_fleet("a=H200:1;b*2=L40S:1", host=HOST)
+    assert [(n.name, n.cpus, n.cuda, n.datacenter) for n in fleet.node_facts] == [
+        ("a", 2, "12.8", "US-KS-2"),
+        ("b-0", 2, "12.8", "US-KS-2"),
+        ("b-1", 2, "12.8", "US-KS-2"),
+    ]
+    (single,) = parse_fleet("H200:1", node="here", host=HOST).node_facts
+    assert single.name == "here" and single.simulated
+
+
+def test_without_a_host_nodes_have_no_cpu_capacity_and_the_default_cuda_version() -> None:
+    (node,) = parse_fleet("a=H200:1").node_facts
+    assert (node.cpus, node.memory_mb, node.cuda) == (0, 0, NO_HOST.cuda)
+
+
 def test_labels_of_a_counted_node_go_to_every_node_it_makes(tmp_path: Path) -> None:
     fleet = load_fleet(write(tmp_path, '[[node]]\nname = "r"\ngpus = { H200 = 1 }\ncount = 2\nlabels = { z = "a" }\n'))
 
@@ -183,6 +242,20 @@ def test_labels_of_a_counted_node_go_to_every_node_it_makes(tmp_path: Path) -> N
         ('[[node]]\nname = "a"\ngpus = { H200 = 1 }\ncount = 0\n', "node 1 ('a'): count must be at least 1, got 0"),
         ('[[node]]\nname = "a"\ngpus = { H200 = 1 }\nlabels = { z = 1 }\n', "label 'z' must be a string"),
         ('[[node]]\nname = "a"\ngpus = { H200 = 1 }\nlabels = "z"\n', "labels must be a table of strings"),
+        ('[[node]]\nname = "a"\n', "has no gpus and no cpus; add gpus = { NVIDIA_H200 = 8 }, or cpus = N"),
+        ('[[node]]\nname = "a"\ncpus = -1\n', "node 1 ('a'): cpus must be a whole number of logical CPUs"),
+        ('[[node]]\nname = "a"\ncpus = "4"\n', "cpus must be a whole number of logical CPUs, e.g. cpus = 32; got '4'"),
+        ('[[node]]\nname = "a"\ncpus = 2.5\n', "got 2.5"),
+        ('[[node]]\nname = "a"\ncpus = true\n', "got True"),
+        ('[[node]]\nname = "a"\ncpus = 2\nmemory_gb = "lots"\n', "memory_gb must be a number of GB"),
+        ('[[node]]\nname = "a"\ncpus = 2\nmemory_gb = -1\n', "memory_gb must be a number of GB"),
+        ('[[node]]\nname = "a"\ncpus = 2\nmemory_gb = nan\n', "memory_gb must be a number of GB"),
+        (
+            '[[node]]\nname = "a"\ngpus = { H200 = 1 }\ncuda = 12.8\n',
+            'cuda must be a quoted version, e.g. cuda = "12.8"',
+        ),
+        ('[[node]]\nname = "a"\ngpus = { H200 = 1 }\ncuda = "new"\n', "cuda must be a CUDA version"),
+        ('[[node]]\nname = "a"\ngpus = { H200 = 1 }\ncpu = 2\n', "unknown key 'cpu'; did you mean 'cpus'?"),
         (
             '[[node]]\nname = "a"\ngpus = { H200 = 1 }\n[[node]]\nname = "a"\ngpus = { L40S = 1 }\n',
             "node 2 ('a'): node name 'a' is taken already (node 1 ('a'))",

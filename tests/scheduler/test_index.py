@@ -208,7 +208,11 @@ class World:
 
 
 def check(
-    world: World, index: FleetIndex, request: tuple[tuple[Candidate, ...], int], may_yield: frozenset[Holder]
+    world: World,
+    index: FleetIndex,
+    request: tuple[tuple[Candidate, ...], int],
+    may_yield: frozenset[Holder],
+    allowed: frozenset[str] | None = None,
 ) -> None:
     cands, gpu_count = request
     assert index.devices == world.devices
@@ -221,9 +225,18 @@ def check(
     # the same holders as a Yielders (only their devices are visited), and as a wider set with the predicate
     assert place(cands, gpu_count, index, Yielders(may_yield)) == expected
     assert place(cands, gpu_count, index, Yielders(WORKERS, yieldable)) == expected
+    if allowed is not None:
+        # an endpoint with node filters: the index's filtered path is the reference on those nodes' devices
+        filtered = reference_place(cands, gpu_count, world.devices, world.holders, allowed=allowed)
+        assert place(cands, gpu_count, index, allowed=allowed) == filtered
+        expected = reference_place(cands, gpu_count, world.devices, world.holders, yieldable, allowed)
+        assert place(cands, gpu_count, index, yieldable, allowed) == expected
+        assert place(cands, gpu_count, index, Yielders(may_yield), allowed) == expected
+        assert not isinstance(expected, Fit) or expected.node in allowed
 
 
 NAMES = ("a", "b", "c", "d", "e")
+ALLOWED = st.none() | st.frozensets(st.sampled_from(NAMES))
 NODE_COUNT = st.integers(1, len(NAMES))
 OPS = st.sampled_from(("hold", "hold", "hold", "release", "release", "replace"))
 STEPS = st.integers(1, 20)
@@ -248,7 +261,7 @@ def test_place_on_a_fresh_index_is_the_reference(data: st.DataObject) -> None:
     index = index_of(devices, holders)
     index.verify()
     for _ in range(4):
-        check(World(devices, holders), index, request(data, palette), may_yield)
+        check(World(devices, holders), index, request(data, palette), may_yield, data.draw(ALLOWED))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -291,7 +304,7 @@ def test_place_stays_the_reference_as_devices_are_held_released_and_the_fleet_ch
             world = World(tuple(kept), {k: h for k, h in world.holders.items() if k in keys})
             index.replace(world.devices)
         index.verify()
-        check(world, index, request(data, palette), may_yield)
+        check(world, index, request(data, palette), may_yield, data.draw(ALLOWED))
     # the maintained index answers as one built from scratch on the same snapshot
     fresh = index_of(world.devices, world.holders)
     yieldable = predicate(may_yield)

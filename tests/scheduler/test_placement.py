@@ -384,9 +384,15 @@ def test_busy_detail_counts_free_devices_on_one_node() -> None:
         ((Code.NOT_IN_FLEET, Code.BUSY), False),
         ((Code.BUSY, Code.NOT_IN_FLEET), False),
         ((Code.MAX_WORKERS,), False),
+        # waiting does not cure a CPU instance larger than every node, nor nodes filtered out
+        ((Code.CPU_TOO_LARGE,), True),
+        ((Code.NOT_IN_FLEET, Code.DATACENTER), True),
+        ((Code.CUDA_VERSION,), True),
+        ((Code.CPU_BUSY, Code.DATACENTER), False),
+        ((Code.BUSY, Code.CUDA_VERSION), False),
     ],
 )
-def test_never_only_when_every_reason_is_not_in_fleet(codes: tuple[Code, ...], never: bool) -> None:
+def test_never_only_when_every_reason_is_one_waiting_does_not_cure(codes: tuple[Code, ...], never: bool) -> None:
     assert NoFit(tuple(WaitReason(f"c{i}", code, "d") for i, code in enumerate(codes))).never is never
 
 

@@ -95,6 +95,12 @@ class Node:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __post_init__(self) -> None:
+        if self.cpus < 0 or self.memory_mb < 0:
+            raise ValueError(f"node {self.name}: CPUs and memory cannot be negative")
+        if self.cores and len(self.cores) != self.cpus:
+            raise ValueError(f"node {self.name} has {self.cpus} CPUs but {len(self.cores)} core ids")
+
     @property
     def datacenter(self) -> str | None:
         """The node's ``datacenter`` label, or None."""
