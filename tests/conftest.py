@@ -19,6 +19,7 @@ import pytest
 from flashpoint import default_connection
 from flashpoint.config import Settings
 from flashpoint.embedded import EmbeddedServer
+from tests.flashvenv import FlashVenv, build as build_flash_venv
 
 T = TypeVar("T")
 
@@ -56,6 +57,13 @@ def seed_path() -> Path:
             raise AssertionError(f"seed file not found at {path}; set FLASHPOINT_SEED_PATH")
         pytest.skip(f"seed file not found at {path}; set FLASHPOINT_SEED_PATH")
     return path
+
+
+@pytest.fixture(scope="session")
+def flash_venv(tmp_path_factory: pytest.TempPathFactory) -> FlashVenv:
+    """runpod-flash installed in a virtual environment of its own, built once per session and shared by the tests that
+    drive Flash itself (tests/flashvenv.py): skipped without network, a failure in CI."""
+    return build_flash_venv(tmp_path_factory.mktemp("runpod-flash"))
 
 
 @pytest.fixture

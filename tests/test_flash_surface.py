@@ -1,10 +1,10 @@
 """Drift guard (issue 11, point 9): flashpoint's Runpod Flash surface against runpod-flash 1.21 itself.
 
-A session fixture installs runpod-flash from the package registry into a virtual environment of its own (never into
-this one), runs a small script there that dumps Flash's surface as JSON (``__all__``, enum members and values, the
-helpers on its enums, ``Endpoint``'s and ``remote``'s parameter names, GPU pools, model fields), and the tests compare
-it with flashpoint's. Known, intended differences are listed below, each with its reason; "point 2, pending" entries
-are Endpoint options still to come and should shrink to nothing.
+The session fixture ``flash_venv`` (tests/flashvenv.py) installs runpod-flash from the package registry into a virtual
+environment of its own (never into this one); a small script run there dumps Flash's surface as JSON (``__all__``, enum
+members and values, the helpers on its enums, ``Endpoint``'s and ``remote``'s parameter names, GPU pools, model
+fields), and the tests compare it with flashpoint's. Known, intended differences are listed below, each with its
+reason; "point 2, pending" entries are Endpoint options still to come and should shrink to nothing.
 
 Without network the install fails: skipped locally, a failure in CI (``CI`` set), as ``seed_path()`` does.
 """
@@ -14,9 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from enum import Enum
 from typing import Any
@@ -27,10 +25,9 @@ import flashpoint
 from flashpoint import flash
 from flashpoint.gpus import pool_models
 from flashpoint.spec import OPTIONS
+from tests.flashvenv import FLASH_VERSION, FlashVenv
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
-FLASH_VERSION = "1.21.0"
 
 #: Flash names flashpoint does not export yet
 PENDING_NAMES: dict[str, str] = {}
@@ -96,49 +93,19 @@ _DUMP = textwrap.dedent(
     """
 )
 
-#: keep Flash (and the runpod SDK under it) from phoning home or printing notices while it is imported
-_QUIET_ENV = {
-    "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
-    "RUNPOD_FLASH_SILENCE_DEPRECATION": "1",
-    "FLASH_NO_UPDATE_CHECK": "1",
-    "FLASH_FILE_LOGGING_ENABLED": "false",
-    "DO_NOT_TRACK": "1",
-}
-
-
-def _unavailable(message: str) -> None:
-    if os.environ.get("CI"):
-        raise AssertionError(message)
-    pytest.skip(message)
-
 
 @pytest.fixture(scope="session")
-def flash_surface(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def flash_surface(flash_venv: FlashVenv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """runpod-flash's public surface, dumped from the real package installed in a throwaway virtual environment."""
-    root = tmp_path_factory.mktemp("runpod-flash")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
-    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q"]
-        + [f"runpod-flash=={FLASH_VERSION}"],
+    work = tmp_path_factory.mktemp("flash-surface")  # an empty cwd: runpod_flash loads a .env found walking up from it
+    dumped = subprocess.run(
+        [str(flash_venv.python), "-c", _DUMP],
+        cwd=work,
+        env=flash_venv.env(),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=120,
         check=False,
-    )
-    if install.returncode != 0:
-        _unavailable(
-            f"cannot install runpod-flash=={FLASH_VERSION} from the package registry (no network?): "
-            f"{install.stderr.strip()[-500:]}"
-        )
-    work = root / "work"  # an empty cwd: runpod_flash loads a .env found walking up from it
-    work.mkdir()
-    env = {**os.environ, **_QUIET_ENV, "HOME": str(root / "home")}
-    for var in ("RUNPOD_API_KEY", "RUNPOD_ENDPOINT_ID", "RUNPOD_POD_ID", "PYTHONPATH"):
-        env.pop(var, None)
-    dumped = subprocess.run(
-        [str(python), "-c", _DUMP], cwd=work, env=env, capture_output=True, text=True, timeout=120, check=False
     )
     assert dumped.returncode == 0, dumped.stderr
     surface: dict[str, Any] = json.loads(dumped.stdout)

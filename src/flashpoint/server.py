@@ -9,7 +9,9 @@ import inspect
 import ipaddress
 import os
 import secrets
+import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from flashpoint import codec
@@ -179,10 +181,17 @@ class Server:
             base_url=self.settings.worker_url or http_url(worker_host, port),
         )
 
+        # the workers of a shared name load a pickled table of its functions' import paths from a file
+        code_dir = tempfile.TemporaryDirectory(prefix="flashpoint-serve-")
+
         async def startup() -> None:
             await plane.start()
-            for handle in handles.values():
-                plane.register(handle.spec, handle.worker_target())
+            for number, handle in enumerate(handles.values()):
+                target, code_file = handle.worker_target(), None
+                if target.pickled is not None:
+                    code_file = os.path.join(code_dir.name, f"{number}.pkl")
+                    Path(code_file).write_bytes(target.pickled)
+                plane.register(handle.spec, target, code_file)
             recovered = plane.recover()
             print(
                 f"flashpoint serving {', '.join(handles)} on http://{self.host}:{port} "
@@ -193,6 +202,7 @@ class Server:
         async def shutdown() -> None:
             await plane.close()
             store.close()
+            code_dir.cleanup()
 
         app = create_app(
             plane,
