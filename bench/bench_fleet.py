@@ -12,6 +12,8 @@ Measured at each size, side by side, so how the cost grows with the fleet is vis
   ``Yielders`` (decisions/s over untimed loops, best of three; p50/p99 per call); the same with a plain predicate;
   and the anchor in the same run: the straightforward scan (tests/scheduler/reference_placement.py, what ``place``
   did before the index) on the same decisions, with the same answers checked;
+- filtered decisions: the same decisions for endpoints whose node filters (``datacenter=``, ``min_cuda_version``)
+  leave them half the nodes (every other node), the index's slower path, checked against the scan on those nodes;
 - index upkeep: one ``hold`` + ``release`` pair;
 - one full reconcile pass of a ``ControlPlane`` (StubBackend, MemoryJobStore) with 200 endpoints waiting: their
   workers hold 70% of the fleet and run jobs, a filler endpoint's workers hold the rest, and each endpoint has one
@@ -200,6 +202,14 @@ def measure_index(gpus: int, decisions: int, reference_decisions: int) -> dict[s
         start = time.perf_counter()
         answers = [reference_place(r.cands, r.gpu_count, devices, snapshot, yieldable) for r in subset]
         reference_per_s = len(subset) / (time.perf_counter() - start)
+        # an endpoint with node filters: half the nodes are left to it (the walk over the key's groups)
+        nodes = sorted({d.node for d in devices})
+        allowed = frozenset(nodes[::2])
+        filtered_per_s = best_rate(asked, lambda r: place(r.cands, r.gpu_count, index, yieldable, allowed))
+        filtered = [place(r.cands, r.gpu_count, index, yieldable, allowed) for r in subset]
+        filtered_agree = filtered == [
+            reference_place(r.cands, r.gpu_count, devices, snapshot, yieldable, allowed) for r in subset
+        ]
     finally:
         gc.enable()
     results = [place(r.cands, r.gpu_count, index, yieldable) for r in asked]
@@ -214,6 +224,7 @@ def measure_index(gpus: int, decisions: int, reference_decisions: int) -> dict[s
         "decisions": len(asked),
         "per_s": per_s,
         "plain_predicate_per_s": plain_per_s,
+        "filtered": {"per_s": filtered_per_s, "same_answers": filtered_agree},
         "latency": percentiles(samples),
         "outcomes": mix,
         "upkeep": percentiles(pairs),
@@ -320,6 +331,7 @@ def table(index_rows: Sequence[dict[str, Any]], reconcile_rows: Sequence[dict[st
                 f"{row['gpus']:,}",
                 f"{row['per_s']:,.0f}",
                 f"{row['plain_predicate_per_s']:,.0f}",
+                f"{row['filtered']['per_s']:,.0f}" + ("" if row["filtered"]["same_answers"] else " DIFFER"),
                 f"{row['latency']['p50_ms'] * 1000:.1f} / {row['latency']['p99_ms'] * 1000:.1f}",
                 f"{ref['per_s']:,.0f}",
                 f"{row['per_s'] / ref['per_s']:,.0f}x" + ("" if ref["same_answers"] else " DIFFER"),
@@ -331,6 +343,7 @@ def table(index_rows: Sequence[dict[str, Any]], reconcile_rows: Sequence[dict[st
         "GPUs",
         "decisions/s",
         "(plain predicate)",
+        "(node filter)",
         "p50 / p99 us",
         "scan decisions/s",
         "speedup",

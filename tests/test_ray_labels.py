@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from flashpoint.backends.ray import devices_from_nodes, node_labels, start_flags
+from flashpoint.backends.ray import devices_from_nodes, node_labels, nodes_from_ray, start_flags
 from flashpoint.cli import app
 from flashpoint.cli.gpus import device_table
 from flashpoint.cli.output import device_row
@@ -20,7 +20,7 @@ from flashpoint.errors import ConfigError
 from flashpoint.fleet import parse_simulated
 from flashpoint.gpus import MODELS, GpuType, candidates, gpu_model_label, identify_label, model_of
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import fleet_summary
+from flashpoint.scheduler.inventory import Node, fleet_summary
 from flashpoint.scheduler.placement import NoFit, place
 
 
@@ -131,3 +131,59 @@ def test_an_explanation_points_at_a_coarse_node_that_may_have_the_model() -> Non
     # a model the coarse name cannot be gets no such hint
     other = place(candidates(GpuType.NVIDIA_H200), 1, FleetIndex(devices))
     assert isinstance(other, NoFit) and "coarse" not in other.reasons[0].detail
+
+
+def test_every_live_node_is_a_node_of_the_fleet_with_its_cpus_memory_cuda_and_labels() -> None:
+    nodes = nodes_from_ray(
+        [
+            node(
+                "a" * 56,
+                2,
+                {
+                    "gpu-model": "NVIDIA-H200",
+                    "cuda-version": "12.8",
+                    "datacenter": "EU-RO-1",
+                    "flashpoint-simulated": "1",
+                },
+                memory=16 * 1024**3 + 5,
+            ),
+            node("b" * 56, 0, memory=4 * 1024**3),  # the head: no GPUs, no labels of ours
+            node("c" * 56, 1, alive=False),
+        ]
+    )
+    assert nodes == [
+        Node(
+            "10.0.0.5/aaaaaaaa",
+            cpus=8,
+            memory_mb=16 * 1024,
+            cuda="12.8",
+            labels={"datacenter": "EU-RO-1"},
+            simulated=True,
+        ),
+        Node("10.0.0.5/bbbbbbbb", cpus=8, memory_mb=4 * 1024, cuda=None, labels={}, simulated=False),
+    ]
+
+
+def test_flags_carry_the_cuda_version_datacenter_and_declared_capacity() -> None:
+    devices = parse_simulated("NVIDIA_H200:1")
+    here = Node("n", cpus=4, memory_mb=8 * 1024, cuda="12.4", labels={"datacenter": "EU-RO-1"})
+
+    assert start_flags(devices, here) == [
+        "--num-gpus=1",
+        "--labels=gpu-model=NVIDIA-H200,flashpoint-simulated=1,cuda-version=12.4,datacenter=EU-RO-1",
+    ]
+    assert start_flags(devices, here, declared=True)[:3] == ["--num-gpus=1", "--num-cpus=4", f"--memory={8 * 1024**3}"]
+    # a CPU-only node in a datacenter still has something to say; its CUDA version matters to no endpoint
+    assert node_labels([], here) == {"datacenter": "EU-RO-1"}
+
+
+def test_ray_flags_command_reads_the_declared_node() -> None:
+    env = {"FLASHPOINT_CPUS": "2", "FLASHPOINT_MEMORY_GB": "1", "FLASHPOINT_DATACENTER": "dc-1"}
+    result = CliRunner().invoke(app, ["ray-flags", "--simulated-gpus", "NVIDIA_H200:1"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.output.split() == [
+        "--num-gpus=1",
+        "--num-cpus=2",
+        f"--memory={1024**3}",
+        "--labels=gpu-model=NVIDIA-H200,flashpoint-simulated=1,cuda-version=12.8,datacenter=dc-1",
+    ]

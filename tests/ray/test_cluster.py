@@ -179,6 +179,34 @@ async def test_impossible_request_is_explained_then_runs_when_a_node_joins(
     assert "can run now" in caplog.text
 
 
+async def test_a_cpu_endpoint_reserves_cpus_on_a_node_of_its_datacenter(ray_cluster: RayCluster, ray_embedded) -> None:
+    # Given a CPU-only node in EU-RO-1 (2 CPUs); the GPU nodes and the head have 1 CPU each and no datacenter
+    eu = ray_cluster.cluster.add_node(num_cpus=2, num_gpus=0, labels={"datacenter": "EU-RO-1"})
+    ray_cluster.cluster.wait_for_nodes()
+    ray_embedded(ray_cluster)
+
+    @Endpoint(name="eu-cpu", cpu="cpu3c-2-4", datacenter="EU-RO-1")
+    async def eu_cpu() -> dict:
+        import os
+
+        return {k: os.environ.get(k) for k in ("FLASHPOINT_RAY_NODE_ID", "FLASHPOINT_CPU_CORES")}
+
+    @Endpoint(name="too-big", cpu="cpu3c-4-8", datacenter="EU-RO-1")
+    async def too_big() -> dict:
+        return {}
+
+    job = await eu_cpu.run()
+    assert await job.wait(timeout=60) == "COMPLETED", job.view
+    # the actor ran on the EU node, reserving its two CPUs, and the worker was told its cores
+    assert job.output == {"FLASHPOINT_RAY_NODE_ID": str(eu.node_id), "FLASHPOINT_CPU_CORES": "0,1"}
+    assert job.view.placement is not None and job.view.placement.node.endswith(str(eu.node_id)[:8])
+    # an instance larger than every node of the datacenter is reported at once, from Ray's own resources
+    explanation = await too_big.explain()
+    assert explanation.never
+    assert [r.code.value for r in explanation.reasons] == ["cpu_too_large", "datacenter"]
+    assert "the largest eligible node has 2 vCPUs" in explanation.reasons[0].detail
+
+
 async def test_node_lost_mid_job_requeues_it_and_it_completes_elsewhere(fresh_cluster, ray_embedded, tmp_path) -> None:
     cluster = fresh_cluster({A100: 2, H100: 1})
     embedded = ray_embedded(cluster)
