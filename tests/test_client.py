@@ -832,6 +832,12 @@ async def test_endpoint_client_runsync_returns_the_completed_job(served: HTTPCon
     assert repr(job) == "EndpointJob(id='job-1', status='COMPLETED')"
 
 
+async def test_endpoint_client_runsync_without_a_timeout_waits_as_long_as_it_takes(served: HTTPConnection) -> None:
+    job = await Endpoint(id="echo").runsync({"a": 1}, timeout=None)
+
+    assert job.done and job.output == {"a": 1}
+
+
 async def test_endpoint_client_runsync_of_a_failing_job_returns_it_with_the_error(served: HTTPConnection) -> None:
     job = await Endpoint(id="boom").runsync({"prompt": ""})
 
