@@ -287,3 +287,24 @@ async def test_serve_registers_a_shared_name_once_and_http_jobs_carry_their_targ
             assert door.plane.book.queued_jobs == 1
     finally:
         await door.plane.close()
+
+
+def test_code_shipped_by_value_carries_the_handles_it_names() -> None:
+    """A class that names itself, or a function that names another endpoint, is pickled with those handles: without
+    their connection or declaration group (weak references do not pickle)."""
+    import cloudpickle
+
+    @Endpoint(name="pickled-other", gpu=GpuGroup.ANY)
+    def other(x: int) -> int:
+        return x
+
+    @Endpoint(name="pickled-self", gpu=GpuGroup.ANY)
+    class Model:
+        def predict(self, x: int) -> str:
+            return f"{Model.__name__}:{x}:{other.spec.name}"
+
+    assert other.shared is not None  # the group holds weak references, which would not pickle
+    copy = cloudpickle.loads(cloudpickle.dumps(Model.__wrapped__))
+    assert copy().predict(2) == "Model:2:pickled-other"
+    handle = cloudpickle.loads(cloudpickle.dumps(other))
+    assert handle.spec == other.spec and handle.shared is None and handle._conn is None

@@ -67,10 +67,12 @@ class Endpoint:
     """Declare a GPU (or CPU) endpoint; use it as a decorator on an ``async def``, a ``def`` or a class.
 
     Args:
-        name: endpoint name, unique per control plane.
+        name: endpoint name, unique per control plane; by default the decorated function's or class's ``__name__``,
+            as in Flash.
         gpu: a ``GpuType``, a ``GpuGroup``, a string, or a list of them: an ordered fallback, kept as written.
             Defaults to ``GpuGroup.ANY``.
-        cpu: a CPU instance type string; mutually exclusive with ``gpu``. CPU endpoints get no GPUs.
+        cpu: a ``CpuInstanceType`` (or its string, ``"cpu3c-2-4"``) or a list of them, an ordered fallback; mutually
+            exclusive with ``gpu``. A CPU worker gets no GPUs and reserves its instance's vCPUs and memory on its node.
         gpu_count: GPUs per worker, all of one model on one node.
         workers: ``N`` (meaning ``(0, N)``) or ``(min, max)``; min workers are kept warm.
         idle_timeout: seconds an idle worker above the minimum lives before it stops.
@@ -79,6 +81,14 @@ class Endpoint:
         env: extra environment variables for the workers.
         dependencies, system_dependencies: what the workers need; checked in the worker's environment.
         scaler_type, scaler_value: ``QUEUE_DELAY`` (seconds) or ``REQUEST_COUNT`` (jobs per worker), as in Flash.
+        datacenter: a ``DataCenter`` (or a label of your own) or a list: only nodes whose ``datacenter`` label
+            matches; ignored on a fleet without such labels.
+        min_cuda_version: a ``CudaVersion`` or ``"12.8"``: nodes whose driver's CUDA is older are no candidates.
+        volume: a ``NetworkVolume`` or a list: a persistent host directory, at ``/runpod-volume`` where possible and
+            always in ``FLASHPOINT_VOLUME_PATH``.
+        template: a ``PodTemplate``: its ``env`` reaches the workers; image, disk and ports are cloud-only (recorded).
+        flashboot, accelerate_downloads: Runpod cloud settings, accepted and recorded, with no local effect.
+        image: refused: run a prebuilt worker with ``worker_command=[...]`` instead.
 
     ``Endpoint(id="NAME")``, with no other option, is instead an ``EndpointClient`` of the endpoint NAME served by
     the flashpoint server at ``FLASHPOINT_URL``, as Flash's ``Endpoint(id=...)``.
@@ -226,6 +236,15 @@ class _Bound:
         self.spec = spec
         self._target_obj = target
         self._conn: Connection | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # code shipped by value (a class that names itself, a function that names another endpoint) carries the
+        # handles it refers to: without their connection, and without their declaration group (weak references,
+        # which do not pickle; the handle on the other side serves its own target)
+        state = dict(self.__dict__)
+        state["_conn"] = None
+        state.pop("shared", None)
+        return state
 
     async def _connect(self) -> Connection:
         conn = self._conn
