@@ -9,10 +9,12 @@ stack, and neither ``embedded`` nor ``client`` imports the SDK back (``tests/tes
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 
 from flashpoint.config import Settings
 from flashpoint.connection import Connection
+from flashpoint.errors import ConfigError
 
 _lock = threading.Lock()
 _current: Connection | None = None
@@ -30,6 +32,14 @@ def connect() -> Connection:
 
             _current = HTTPConnection(settings.url, settings.api_key)
             return _current
+        if os.environ.get("FLASHPOINT_WORKER_ID"):
+            # a worker's own control plane would discover the same GPUs and hand them out a second time
+            raise ConfigError(
+                "an endpoint called another endpoint from inside a worker, where no control plane runs: a worker "
+                "never starts one of its own (it would hand out its node's GPUs again). Call a flashpoint server "
+                "instead: give the calling endpoint env={'FLASHPOINT_URL': 'http://HOST:PORT', "
+                "'FLASHPOINT_API_KEY': '...'}, or call the function directly (fn.local(...))"
+            )
         from flashpoint.embedded import EmbeddedServer, show_worker_output  # noqa: TID251
 
         show_worker_output()
