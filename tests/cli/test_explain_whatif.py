@@ -198,6 +198,64 @@ def test_fleet_needs_an_app(tmp_path: Path) -> None:
     assert result.stderr.startswith("Error: --fleet needs --app APP")
 
 
+FILTERED_APP = """
+from flashpoint import Endpoint, GpuType
+
+@Endpoint(name="eu", gpu=GpuType.NVIDIA_H200, datacenter="EU-RO-1")
+async def eu(data: dict) -> dict:
+    return data
+
+@Endpoint(name="recent", gpu=GpuType.NVIDIA_H200, min_cuda_version="12.8")
+async def recent(data: dict) -> dict:
+    return data
+
+@Endpoint(name="cpu-eu", cpu="cpu3c-2-4", datacenter="EU-RO-1")
+async def cpu_eu(data: dict) -> dict:
+    return data
+"""
+
+FILTERED_FLEET = """
+    [[node]]
+    name = "us"
+    gpus = { NVIDIA_H200 = 1 }
+    labels = { datacenter = "US-KS-2" }
+
+    [[node]]
+    name = "eu"
+    gpus = { NVIDIA_H200 = 1 }
+    cuda = "12.4"
+    labels = { datacenter = "EU-RO-1" }
+    cpus = 4
+"""
+
+
+def test_what_if_applies_datacenters_and_cuda_floors(tmp_path: Path) -> None:
+    app_file = tmp_path / "filtered_app.py"
+    app_file.write_text(textwrap.dedent(FILTERED_APP))
+    env = {"FLASHPOINT_STATE_DIR": str(tmp_path / "state"), "FLASHPOINT_CPUS": "2", "FLASHPOINT_MEMORY_GB": "8"}
+
+    result = runner.invoke(
+        app,
+        ["explain", "--app", str(app_file), "--fleet", str(fleet_file(tmp_path, FILTERED_FLEET)), "--json"],
+        env=env,
+    )
+
+    assert result.exit_code == 0, result.output
+    by_name = {row["endpoint"]: row for row in json.loads(result.stdout)["endpoints"]}
+    # eu: the H200 of the EU node (old driver: no floor asked); recent: the US node's (12.8, the simulated default)
+    assert [w["node"] for w in by_name["eu"]["workers"]] == ["eu"]
+    assert [w["node"] for w in by_name["recent"]["workers"]] == ["us"]
+    assert [w["node"] for w in by_name["cpu-eu"]["workers"]] == ["eu"]  # its declared 4 vCPUs
+
+    text = runner.invoke(
+        app,
+        ["explain", "--app", str(app_file), "--fleet", "a=NVIDIA_H200:1"],
+        env={**env, "FLASHPOINT_SIMULATED_CUDA": "12.4"},
+    ).stdout
+    assert "endpoint recent: never: no node has a CUDA driver as new as its min_cuda_version" in text
+    assert "note: datacenter=EU-RO-1 is not applied" in text
+
+
 @pytest.mark.slow
 def test_python_m_flashpoint_explain_what_if(tmp_path: Path) -> None:
     path = fleet_file(tmp_path)

@@ -22,7 +22,7 @@ from flashpoint.cli.output import console, print_json
 from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
 from flashpoint.errors import ConfigError, NotFoundError
-from flashpoint.explain import Explanation, WaitReason
+from flashpoint.explain import Code, Explanation, WaitReason
 from flashpoint.fleet import discover_fleet, host_node
 from flashpoint.fleetspec import SimulatedFleet, is_file_reference, load_fleet, read_fleet
 from flashpoint.gpus import describe as describe_gpu
@@ -289,11 +289,11 @@ def _row_lines(row: Row) -> list[str]:
     placed = len(row.workers)
     cpu = row.asks.startswith("cpu=")
     if row.verdict is Verdict.NEVER:
-        verdict = (
-            "never: no node it may use has the vCPUs and memory of its CPU instance"
-            if cpu
-            else "never: no candidate can ever fit on this fleet (not enough devices of one model on one node)"
-        ) + "; its jobs would wait IN_QUEUE until such a node joins"
+        if all(r.code is Code.NOT_IN_FLEET for r in row.reasons):
+            why = "no candidate can ever fit on this fleet (not enough devices of one model on one node)"
+        else:  # a CPU instance too large, or node filters that leave nothing: say which
+            why = never_summary(NoFit(row.reasons)).removeprefix("can never run on this fleet: ")
+        verdict = f"never: {why}; its jobs would wait IN_QUEUE until such a node joins"
     elif row.verdict is Verdict.WAITS:
         taken = "vCPUs and memory" if cpu else "GPUs"
         verdict = (
