@@ -1,11 +1,16 @@
-"""The planner's pure rules, by table: desired workers for both scalers, who may yield, who stops when idle."""
+"""The planner's pure rules, by table: desired workers for both scalers, who may yield, who stops when idle; a plan of
+CPU workers leaves the node ledger as it came."""
 
 from __future__ import annotations
 
 import pytest
 
 from flashpoint import Endpoint, GpuType
-from flashpoint.scheduler.planner import desired, idle_stops, yieldable
+from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import Holder, Node
+from flashpoint.scheduler.nodes import CpuSlot
+from flashpoint.scheduler.placement import CpuFit
+from flashpoint.scheduler.planner import desired, idle_stops, plan, yieldable
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import ServerlessScalerType, WorkerTarget
 
@@ -88,3 +93,28 @@ def test_idle_stops_take_the_longest_idle_first_and_keep_the_minimum() -> None:
 def test_no_idle_stop_while_jobs_are_queued() -> None:
     ep = endpoint(1, [(IDLE, 0)], idle_timeout=0)
     assert idle_stops(ep, now=100) == []
+
+
+def test_a_plan_of_cpu_starts_and_reclaims_leaves_the_node_ledger_as_it_came() -> None:
+    # Given a 4-vCPU node where an idle worker of "old" (above its minimum) reserves two cores
+    index = FleetIndex((), [Node("box", cpus=4, memory_mb=8 * 1024)])
+    old_spec = Endpoint(name="old", cpu="cpu3c-2-4").spec
+    old = EndpointState(old_spec, WorkerTarget(import_path="x:y"), registered_at=0.0)
+    idle = Worker("w0", "old", (), started_at=0.0, idle_since=0.0, last_exchange=0.0, state=IDLE)
+    idle.cpu = CpuSlot("box", (0, 1), 4 * 1024)
+    old.workers[idle.id] = idle
+    index.nodes.reserve(idle.cpu, Holder("w0", "old"))
+    new_spec = Endpoint(name="new", cpu="cpu3c-2-4", workers=(0, 3), scaler_type="REQUEST_COUNT", scaler_value=1).spec
+    new = EndpointState(new_spec, WorkerTarget(import_path="x:y"), registered_at=1.0, queued=2)
+    before = index.nodes.slots()
+
+    result = plan({"old": old, "new": new}, index, now=0.0, wall=WALL, oldest={"new": WALL})
+
+    # Then "new" gets the two free cores, and reclaims the idle worker for its second worker
+    ((start,),) = [tuple(s for s in result.starts if s.endpoint == "new")]
+    assert isinstance(start.fit, CpuFit) and start.fit.slot.cores == (2, 3)
+    assert [(r.worker_id, r.for_endpoint) for r in result.reclaims] == [("w0", "new")]
+    assert [r.code.value for r in result.waiting["new"]] == ["cpu_busy"]
+    # and the ledger holds what it held before: the trial reservation is gone
+    assert index.nodes.slots() == before
+    index.verify()
