@@ -166,3 +166,17 @@ def test_notes_say_what_each_cloud_option_means_here(tmp_path: Path) -> None:
     plain = option_notes(spec, volumes_root=tmp_path, can_mount=False)
     assert "/runpod-volume needs workers running as root on Linux" in plain[0]
     assert option_notes(spec_of(), volumes_root=tmp_path, can_mount=True) == ()
+
+
+async def test_explain_says_what_the_cloud_options_mean_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.scheduler.door import open_door
+
+    monkeypatch.setenv("FLASHPOINT_VOLUMES_DIR", str(tmp_path))
+    door = await open_door("NVIDIA_H200:1")
+    door.endpoint(name="cloudy", gpu=GpuGroup.ANY, volume=NetworkVolume(name="models"), flashboot=False)
+    door.endpoint(name="plain", gpu=GpuGroup.ANY)
+    notes = door.plane.explain_endpoint("cloudy").notes
+    assert notes[0].startswith(f"volume 'models' is the directory {tmp_path / 'models'} on each node")
+    assert notes[1].startswith("flashboot=False: Runpod cloud settings")
+    assert "note: flashboot=False" in str(door.plane.explain_endpoint("cloudy"))
+    assert door.plane.explain_endpoint("plain").notes == ()

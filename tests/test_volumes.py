@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flashpoint import Endpoint, GpuGroup, NetworkVolume
+from flashpoint import Endpoint, GpuGroup, NetworkVolume, volumes
 from flashpoint.errors import InvalidEndpointError
 from flashpoint.volumes import volume_dir, volumes_root, worker_env
 from flashpoint.worker import isolation
@@ -99,7 +99,7 @@ def test_apply_without_volume_or_cores_changes_nothing() -> None:
 
 def test_apply_creates_the_volume_directory_and_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # mounting would change this test process's mount namespace: the real mount is tested with real workers
-    monkeypatch.setattr(isolation, "can_mount", lambda: False)
+    monkeypatch.setattr(volumes, "can_mount", lambda: False)
     target = tmp_path / "vols" / "models"
     env = {"FLASHPOINT_VOLUMES": json.dumps([{"name": "models", "datacenter": "EU-RO-1", "path": str(target)}])}
     assert isolation.apply(env) == {"volume": str(target)}

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from flashpoint import volumes
 from flashpoint.spec import EndpointSpec, volume_key
 
-__all__ = ["option_notes"]
+__all__ = ["host_option_notes", "option_notes"]
+
+
+def host_option_notes(spec: EndpointSpec) -> tuple[str, ...]:
+    """``option_notes`` with this host's facts: its volumes' root and whether its workers can mount."""
+    if not spec.volumes and not spec.template and not spec.cloud_only:
+        return ()
+    return option_notes(spec, volumes_root=volumes.volumes_root(), can_mount=volumes.can_mount())
 
 
 def option_notes(spec: EndpointSpec, *, volumes_root: Path, can_mount: bool) -> tuple[str, ...]:

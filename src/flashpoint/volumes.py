@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from flashpoint.flashtypes import NetworkVolume
 from flashpoint.spec import volume_key
 
-__all__ = ["volume_dir", "volumes_root", "worker_env"]
+__all__ = ["can_mount", "volume_dir", "volumes_root", "worker_env"]
+
+#: where Flash's workers see their network volume
+RUNPOD_VOLUME = "/runpod-volume"
+
+
+def can_mount() -> bool:
+    """Whether a worker here can see its volume at ``/runpod-volume``: root on Linux (a private mount namespace)."""
+    return sys.platform.startswith("linux") and hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def volumes_root(env: Mapping[str, str] | None = None) -> Path:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from flashpoint.explain import WaitReason
 from flashpoint.gpus import describe
+from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder, Node
 from flashpoint.scheduler.nodes import CpuSlot
@@ -256,5 +257,5 @@ def _row(
         workers,
         reasons,
         skipped,
-        endpoint_notes(spec, fleet.idle),
+        endpoint_notes(spec, fleet.idle) + host_option_notes(spec),
     )

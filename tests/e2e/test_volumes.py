@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flashpoint import Endpoint, GpuGroup, NetworkVolume
-from flashpoint.worker import isolation
+from flashpoint import Endpoint, GpuGroup, NetworkVolume, volumes
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
@@ -48,9 +47,9 @@ async def test_workers_share_a_volume_and_each_endpoint_sees_its_own(
     assert (root / "models" / "weights.txt").read_text() == "hello"  # on the host, where the root says
     assert got["text"] == "hello" and got["pid"] != wrote["pid"]  # another worker process read it back
     assert (root / "scratch").is_dir() and other["files"] == []  # another volume: its own directory
-    expected = isolation.RUNPOD_VOLUME if isolation.can_mount() else None
+    expected = volumes.RUNPOD_VOLUME if volumes.can_mount() else None
     for answer, name in ((wrote, "models"), (got, "models"), (other, "scratch")):
         assert answer["path"] == (expected or str(root / name))
     if expected:
         # each worker sees its own endpoint's volume at /runpod-volume; this process (the host) does not
-        assert not os.path.exists(os.path.join(isolation.RUNPOD_VOLUME, "weights.txt"))
+        assert not os.path.exists(os.path.join(volumes.RUNPOD_VOLUME, "weights.txt"))

@@ -26,6 +26,7 @@ from flashpoint.explain import Code, Explanation, WaitReason
 from flashpoint.fleet import discover_fleet, host_node
 from flashpoint.fleetspec import SimulatedFleet, is_file_reference, load_fleet, read_fleet
 from flashpoint.gpus import describe as describe_gpu
+from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.placement import CpuFit, NoFit, endpoint_notes, never_candidates, place_endpoint
@@ -133,7 +134,7 @@ def explain_offline(spec: EndpointSpec, fleet: Fleet) -> Explanation:
     """What a control plane on ``fleet`` would do for ``spec`` with nothing running: place a worker, or never."""
     index = FleetIndex(fleet.devices, fleet.nodes)
     summary_of_fleet = fleet_summary(fleet.devices) if spec.uses_gpu else nodes_summary(fleet.nodes)
-    notes = endpoint_notes(spec, index)
+    notes = endpoint_notes(spec, index) + host_option_notes(spec)
     result = place_endpoint(spec, index)
     if isinstance(result, NoFit):
         return Explanation(

@@ -25,6 +25,7 @@ from flashpoint.clock import SYSTEM_CLOCK, Clock
 from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotFoundError
 from flashpoint.explain import Explanation
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
+from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler import planner, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.index import FleetIndex
@@ -259,8 +260,9 @@ class ControlPlane(WorkerSupervision):
         return views.never_message(spec, nofit, self.index)
 
     def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
-        """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match)."""
-        return endpoint_notes(spec, self.index)
+        """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match, a
+        volume's directory, Runpod cloud settings recorded and not applied)."""
+        return endpoint_notes(spec, self.index) + host_option_notes(spec)
 
     def endpoint(self, name: str) -> EndpointState:
         try:

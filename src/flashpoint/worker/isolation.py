@@ -27,8 +27,8 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-#: where Flash's workers see their network volume
-RUNPOD_VOLUME = "/runpod-volume"
+from flashpoint import volumes
+from flashpoint.volumes import RUNPOD_VOLUME
 
 _CLONE_NEWNS = 0x00020000
 _MS_BIND = 4096
@@ -95,7 +95,7 @@ def mount_volume(path: str) -> str:
     except OSError as exc:
         _say(f"cannot create volume directory {path}: {exc}")
         return path
-    if not can_mount():
+    if not volumes.can_mount():
         return path
     try:
         os.makedirs(RUNPOD_VOLUME, exist_ok=True)
@@ -108,11 +108,6 @@ def mount_volume(path: str) -> str:
         _say(f"volume at {path}; not mounted at {RUNPOD_VOLUME} ({exc})")
         return path
     return RUNPOD_VOLUME
-
-
-def can_mount() -> bool:
-    """Whether a worker here can see its volume at ``/runpod-volume``: root on Linux (a private mount namespace)."""
-    return sys.platform.startswith("linux") and hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def _check(result: int, what: str) -> None:
