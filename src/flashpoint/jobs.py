@@ -99,20 +99,27 @@ def check_transition(current: JobStatus, new: JobStatus) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a job ran: which node, which GPU model, which devices, and whether they were simulated."""
+    """Where a job ran: which node, which GPU model, which devices, and whether they were simulated; for a CPU
+    endpoint, its CPU instance type and the cores its worker was allotted."""
 
     node: str
     gpu_model: str | None
     device_ids: tuple[int, ...]
     simulated: bool
+    cpu_instance: str | None = None
+    cores: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "node": self.node,
             "gpuModel": self.gpu_model,
             "deviceIds": list(self.device_ids),
             "simulated": self.simulated,
         }
+        if self.cpu_instance is not None:  # a CPU endpoint's job
+            data["cpuInstance"] = self.cpu_instance
+            data["cores"] = list(self.cores)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +281,12 @@ class JobView:
             execution_time_ms=data.get("executionTime"),
             worker_id=data.get("workerId"),
             placement=Placement(
-                placement["node"], placement["gpuModel"], tuple(placement["deviceIds"]), placement["simulated"]
+                placement["node"],
+                placement["gpuModel"],
+                tuple(placement["deviceIds"]),
+                placement["simulated"],
+                placement.get("cpuInstance"),
+                tuple(placement.get("cores", ())),
             )
             if placement
             else None,

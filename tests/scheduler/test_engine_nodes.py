@@ -52,6 +52,28 @@ async def test_cpu_workers_wait_cpu_busy_instead_of_oversubscribing_the_node() -
     door.plane.index.verify()
 
 
+async def test_a_cpu_job_records_its_instance_type_and_cores() -> None:
+    # Given a node of 4 vCPUs where a cpu3c-2-4 worker of "one" already holds cores 0 and 1
+    door = await open_door("", nodes=[cpu_node("box", cpus=4, memory_gb=8)])
+    door.endpoint(name="one", cpu="cpu3c-2-4", workers=(1, 1))
+    door.endpoint(name="two", cpu=["cpu5c-8-16", "cpu3c-2-4"])
+    await door.settle()
+
+    # When "two" (whose first instance type never fits) runs a job
+    job = door.submit("two")
+    await door.settle()
+    worker = door.worker("two")
+    (taken,) = await door.pull(worker)
+    await door.finish(worker, taken)
+
+    # Then the job says where it ran: the node, the instance type its fallback chose, the cores
+    placement = door.plane.job(job.id).placement
+    assert placement is not None
+    assert (placement.node, placement.gpu_model, placement.device_ids) == ("box", None, ())
+    assert (placement.cpu_instance, placement.cores) == ("cpu3c-2-4", (2, 3))
+    assert placement.to_json()["cpuInstance"] == "cpu3c-2-4" and placement.to_json()["cores"] == [2, 3]
+
+
 async def test_release_on_worker_exit_lets_the_waiting_endpoint_start() -> None:
     # Given "warm", whose minimum of one worker holds the node's CPUs (at its minimum, it does not yield)
     door = await open_door("", nodes=[cpu_node("box")])

@@ -122,6 +122,21 @@ def test_update_persists_every_field(store: JobStore) -> None:
     assert got.view() == job.view()
 
 
+def test_a_cpu_placement_keeps_its_instance_type_and_cores(store: JobStore) -> None:
+    job = make_job(2)
+    store.add(job)
+    job.move(S.IN_PROGRESS)
+    job.placement = Placement("box", None, (), False, cpu_instance="cpu3c-2-4", cores=(2, 3))
+    store.update(job)
+    job.move(S.COMPLETED)
+    job.finished_at = T0 + 2.0
+    store.update(job)
+
+    got = store.get(job.id)
+    assert got is not None and got.placement == Placement("box", None, (), False, "cpu3c-2-4", (2, 3))
+    assert isinstance(got.placement.cores, tuple)
+
+
 def test_update_to_terminal_and_back_to_the_queue_on_retry(store: JobStore) -> None:
     job = make_job(1)
     store.add(job)

@@ -102,12 +102,15 @@ class Explanation(Schema):
 
 
 class Placement(Schema):
-    """Where a worker (and the jobs it ran) lives: node, GPU model, devices, whether simulated."""
+    """Where a worker (and the jobs it ran) lives: node, GPU model, devices, whether simulated; a CPU worker's
+    instance type and cores."""
 
     node: str
     gpu_model: str | None
     device_ids: list[int]
     simulated: bool
+    cpu_instance: str | None = None
+    cores: list[int] = []
 
 
 class Worker(Schema):

@@ -50,6 +50,8 @@ class Worker:
     node: str = "local"
     #: a CPU worker's cores and memory on its node (None for a GPU worker: GPU workers reserve no CPUs)
     cpu: CpuSlot | None = None
+    #: a CPU worker's instance type ("cpu3c-2-4")
+    cpu_instance: str | None = None
     #: the device ids the backend reports the worker really got, when it numbers them itself (Ray); else the ledger's
     device_ids: tuple[int, ...] | None = None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
@@ -62,7 +64,14 @@ class Worker:
 
     def placement(self) -> Placement:
         if not self.devices:
-            return Placement(node=self.node, gpu_model=None, device_ids=(), simulated=False)
+            return Placement(
+                node=self.node,
+                gpu_model=None,
+                device_ids=(),
+                simulated=False,
+                cpu_instance=self.cpu_instance,
+                cores=self.cpu.cores if self.cpu is not None else (),
+            )
         first = self.devices[0]
         return Placement(
             node=first.node,

@@ -242,6 +242,7 @@ class WorkerSupervision(WorkerProtocol):
             devices=devices,
             node=fit.node,
             cpu=cpu,
+            cpu_instance=fit.request.name if isinstance(fit, CpuFit) else None,
             started_at=now,
             idle_since=now,
             last_exchange=now,

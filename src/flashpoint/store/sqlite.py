@@ -104,6 +104,8 @@ def _to_row(job: Job) -> Row:
             "gpu_model": job.placement.gpu_model,
             "device_ids": list(job.placement.device_ids),
             "simulated": job.placement.simulated,
+            "cpu_instance": job.placement.cpu_instance,
+            "cores": list(job.placement.cores),
         },
         "error": None
         if job.error is None
@@ -127,7 +129,12 @@ def _from_row(row: Sequence[Any]) -> Job:
         fields["reason"] = Reason(data["reason"])
     if (placement := data.get("placement")) is not None:
         fields["placement"] = Placement(
-            placement["node"], placement["gpu_model"], tuple(placement["device_ids"]), placement["simulated"]
+            placement["node"],
+            placement["gpu_model"],
+            tuple(placement["device_ids"]),
+            placement["simulated"],
+            placement.get("cpu_instance"),  # absent in records written before CPU placements were recorded
+            tuple(placement.get("cores", ())),
         )
     if (error := data.get("error")) is not None:
         fields["error"] = JobError(error["type"], error["message"], error.get("traceback", ""))
