@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from flashpoint import codec
 from flashpoint.connection import Connection, ServerConnection
 from flashpoint.default_connection import connect
-from flashpoint.endpointclient import ClientMethods
+from flashpoint.endpointclient import ClientMethods, closing
 from flashpoint.endpointjob import EndpointJob, run_job, runsync_job, with_webhook
 from flashpoint.errors import (
     InvalidEndpointError,
@@ -291,19 +291,8 @@ class _Bound:
 
     async def _stream(self, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
         conn = await self._connect()
-        async for chunk in _closing(conn.stream(self.spec.name, payload, extra)):
+        async for chunk in closing(conn.stream(self.spec.name, payload, extra)):
             yield chunk
-
-
-async def _closing(chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """Yield from ``chunks`` and close them (an async generator) when the consumer stops early."""
-    try:
-        async for chunk in chunks:
-            yield chunk
-    finally:
-        close = getattr(chunks, "aclose", None)
-        if close is not None:
-            await close()
 
 
 def _extra(init: Any = None) -> dict[str, Any]:

@@ -123,14 +123,8 @@ class ClientMethods:
 
     async def _stream(self, input_data: Any) -> AsyncIterator[Any]:
         conn = await self._connect()
-        chunks = conn.stream(self.id, input_data, sdk_extra())
-        try:
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            close = getattr(chunks, "aclose", None)
-            if close is not None:
-                await close()
+        async for chunk in closing(conn.stream(self.id, input_data, sdk_extra())):
+            yield chunk
 
     async def explain(self) -> Explanation:
         """Why this endpoint's jobs wait (or that they don't), per GPU candidate, as the server sees it."""
@@ -177,6 +171,17 @@ class ClientMethods:
 
     async def _route(self, method: str, path: str, data: Any, timeout: float) -> Any:
         return await self._server().route(self.id, method, path, data, timeout)
+
+
+async def closing(chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Yield from ``chunks`` and close them (an async generator) when the consumer stops early."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def check_query(data: Any) -> None:
