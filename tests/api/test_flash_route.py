@@ -16,6 +16,7 @@ import pytest
 from flashpoint import Endpoint, GpuGroup
 from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.flashroute import FLASH_PATH
+from flashpoint.api.native import job_body
 from flashpoint.api.runpod import Intake
 from flashpoint.jobs import JobStatus
 from flashpoint.server import input_checkers
@@ -150,6 +151,7 @@ async def test_kwargs_run_and_the_answer_is_runsyncs_with_the_output(served: Ser
     # the app and environment are recorded with the job
     assert job["flashpoint"] == {"flash": {"app": "demo", "environment": "dev"}}
     assert served.door.plane.job(job["id"]).extra["flashpoint"]["flash"] == {"app": "demo", "environment": "dev"}
+    assert job_body(served.door.plane, job["id"])["flash"] == {"app": "demo", "environment": "dev"}  # /v1/jobs/{id}
 
 
 async def test_empty_is_not_an_argument_and_a_none_output_is_still_there(served: Served) -> None:

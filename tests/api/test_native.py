@@ -272,6 +272,7 @@ async def test_job_detail_logs_and_explanation() -> None:
     assert (body["delayTime"], body["executionTime"]) == (2000, 3000)
     assert body["createdAt"] == door.clock.time() - 5
     assert body["explanation"]["jobId"] == job.id and body["explanation"]["summary"] == "completed"
+    assert body["flash"] is None  # not a call through Flash's client
     assert explained.json() == body["explanation"]
     check(schemas.JobLogs, logged.json())
     assert logged.json() == {"id": job.id, "logs": ["said hello"]}

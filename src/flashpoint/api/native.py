@@ -40,9 +40,24 @@ router = APIRouter(tags=["native"], dependencies=[Depends(require_api_key)], res
 
 def job_body(plane: ControlPlane, job_id: str) -> dict[str, Any]:
     """``GET /v1/jobs/{id}``: every field of the job, its log lines and its explanation."""
-    body = plane.job(job_id).view().to_native()
+    job = plane.job(job_id)
+    body = job.view().to_native()
     body["explanation"] = plane.explain_job(job_id).to_json()
+    body["flash"] = flash_call(job.extra)
     return body
+
+
+def flash_call(extra: dict[str, Any]) -> dict[str, str | None] | None:
+    """The Flash app and environment recorded with a job that came through Flash's client (strings only: a client of
+    ``/run`` may have written anything in its metadata)."""
+    meta = extra.get("flashpoint")
+    flash = meta.get("flash") if isinstance(meta, dict) else None
+    if not isinstance(flash, dict):
+        return None
+    return {
+        key: value if isinstance(value, str) else None
+        for key, value in (("app", flash.get("app")), ("environment", flash.get("environment")))
+    }
 
 
 @router.get(

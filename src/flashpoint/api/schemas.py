@@ -186,11 +186,20 @@ class Jobs(Schema):
     jobs: list[JobSummary]
 
 
+class FlashCall(Schema):
+    """The Flash app and environment a call through Flash's client named (``X-Flash-App``, ``X-Flash-Environment``)."""
+
+    app: str | None
+    environment: str | None
+
+
 class Job(JobSummary):
     """One job: every field, its log lines and its explanation."""
 
     logs: list[str]
     explanation: Explanation
+    #: set when the job came through Flash's client (``POST /v2/flash/runsync``)
+    flash: FlashCall | None
 
 
 class JobLogs(Schema):
