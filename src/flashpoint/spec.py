@@ -61,6 +61,24 @@ class ServerlessScalerType(str, Enum):
         return self.value
 
 
+#: HTTP methods a route endpoint serves (Flash's ``get/post/put/delete/patch``)
+ROUTE_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
+#: paths a route endpoint may not declare (Flash reserves them: a worker's health check and its job route)
+RESERVED_PATHS = ("/ping", "/execute")
+#: endpoint names a route endpoint may not take: ``flashpoint serve`` serves ``/{name}/...`` beside its own routes
+RESERVED_NAMES = ("v1", "v2", "metrics", "docs", "redoc", "openapi.json", "ping", "health", "static", "flash")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    """One HTTP route of a route endpoint: ``method`` (one of ROUTE_METHODS), ``path`` (``/items/{item_id}``) and the
+    name of the function that serves it (its ``__name__``)."""
+
+    method: str
+    path: str
+    target: str
+
+
 @dataclass(frozen=True, slots=True)
 class EndpointSpec:
     """Everything the control plane needs to know about an endpoint; validated at decoration time."""
@@ -81,7 +99,7 @@ class EndpointSpec:
     system_dependencies: tuple[str, ...] = ()
     scaler_type: ServerlessScalerType = ServerlessScalerType.QUEUE_DELAY
     scaler_value: int = 4
-    #: "function" or "class"
+    #: "function", "class", "command", or "routes" (an HTTP-route endpoint: workers serve ``routes`` over HTTP)
     kind: str = "function"
     #: public method names of a class endpoint, in definition order
     methods: tuple[str, ...] = ()
@@ -99,10 +117,17 @@ class EndpointSpec:
     #: the cloud-only settings this declaration gave (``"flashboot=False"``, ``"template.imageName='x'"``): recorded,
     #: not applied; ``explain`` lists them
     cloud_only: tuple[str, ...] = ()
+    #: an HTTP-route endpoint's routes, in declaration order (empty for a queue endpoint)
+    routes: tuple[RouteSpec, ...] = ()
 
     @property
     def uses_gpu(self) -> bool:
         return not self.cpu
+
+    @property
+    def serves_routes(self) -> bool:
+        """An HTTP-route endpoint: its workers serve HTTP on ``$PORT`` instead of pulling jobs."""
+        return self.kind == "routes"
 
     def describe_gpu(self) -> str:
         if not self.uses_gpu:
