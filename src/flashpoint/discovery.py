@@ -15,14 +15,21 @@ from types import ModuleType
 from typing import Any, TypeAlias
 
 from flashpoint import flashalias
-from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
+from flashpoint.endpoint import Endpoint, EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import ConfigError
+from flashpoint.routes import is_route_endpoint
 
 __all__ = ["AnyEndpoint", "load_endpoints", "load_module", "split_target"]
 
-#: what ``@Endpoint`` returns: a function handle or a class handle
-AnyEndpoint: TypeAlias = "EndpointFunction[Any] | EndpointClass | EndpointCommand"
+#: what ``@Endpoint`` returns (a function or class handle), a worker command, or an ``Endpoint`` with HTTP routes
+AnyEndpoint: TypeAlias = "EndpointFunction[Any] | EndpointClass | EndpointCommand | Endpoint"
 _KINDS = (EndpointFunction, EndpointClass, EndpointCommand)
+
+
+def _is_endpoint(value: Any) -> bool:
+    """A handle, or an ``Endpoint`` that declares routes (one that declares none, or a client, is no endpoint)."""
+    return isinstance(value, _KINDS) or is_route_endpoint(value)
+
 
 _FORMS = "path/to/app.py, package.module, or either with :attr naming one endpoint (app.py:infer)"
 
@@ -163,13 +170,20 @@ def load_module(source: str) -> ModuleType:
 def _endpoints_of(module: ModuleType) -> dict[str, AnyEndpoint]:
     found: dict[str, AnyEndpoint] = {}
     for attr, value in vars(module).items():
-        if not isinstance(value, _KINDS):
+        if not _is_endpoint(value):
             continue
         existing = found.get(value.spec.name)
         if existing is not None and existing is not value:
             # functions and classes declared with one name and the same options are one endpoint serving them all
-            if getattr(existing, "shared", None) is not None and existing.shared is getattr(value, "shared", None):
+            shared = getattr(existing, "shared", None)
+            if shared is not None and shared is getattr(value, "shared", None):
                 continue
+            if is_route_endpoint(existing) or is_route_endpoint(value):
+                raise ConfigError(
+                    f"{module.__name__}: two endpoints are named {value.spec.name!r} (the second is {attr!r}) and one "
+                    "serves HTTP routes: an endpoint is either a queue endpoint or a set of routes; give each its "
+                    "own name="
+                )
             raise ConfigError(
                 f"{module.__name__}: two endpoints are named {value.spec.name!r} with different options (the "
                 f"second is {attr!r}); declare every function of one endpoint with the same options, or give each "
@@ -180,7 +194,7 @@ def _endpoints_of(module: ModuleType) -> dict[str, AnyEndpoint]:
 
 
 def _attr_names(module: ModuleType) -> dict[str, AnyEndpoint]:
-    return {attr: value for attr, value in vars(module).items() if isinstance(value, _KINDS)}
+    return {attr: value for attr, value in vars(module).items() if _is_endpoint(value)}
 
 
 def _select(module: ModuleType, source: str, attr: str) -> dict[str, AnyEndpoint]:
@@ -190,7 +204,7 @@ def _select(module: ModuleType, source: str, attr: str) -> dict[str, AnyEndpoint
             break
         obj = getattr(obj, part)
     else:
-        if isinstance(obj, _KINDS):
+        if _is_endpoint(obj):
             return {obj.spec.name: obj}
         raise ConfigError(
             f"{source}:{attr} is a {type(obj).__name__}, not an endpoint; decorate it with "
@@ -214,7 +228,9 @@ def load_endpoints(target: str) -> dict[str, AnyEndpoint]:
             module imported from elsewhere.
 
     Returns:
-        ``{endpoint name: EndpointFunction | EndpointClass}``; exactly one entry when ``:attr`` is given.
+        ``{endpoint name: EndpointFunction | EndpointClass | EndpointCommand | Endpoint}`` (an ``Endpoint`` with
+        HTTP routes: its ``spec`` lists them, ``worker_target()`` says how its workers load them); exactly one entry
+        when ``:attr`` is given.
 
     Raises:
         ConfigError: a missing file or module, an import that failed (the original error is included and chained),

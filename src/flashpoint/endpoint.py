@@ -24,6 +24,7 @@ from flashpoint.errors import (
 )
 from flashpoint.jobhandle import JobHandle, job_result
 from flashpoint.jobs import JobView
+from flashpoint.routes import RouteMethods
 from flashpoint.spec import (
     NAME,
     OPTIONS,
@@ -63,8 +64,9 @@ __all__ = [
 # Handles
 
 
-class Endpoint:
-    """Declare a GPU (or CPU) endpoint; use it as a decorator on an ``async def``, a ``def`` or a class.
+class Endpoint(RouteMethods):
+    """Declare a GPU (or CPU) endpoint; use it as a decorator on an ``async def``, a ``def`` or a class, or declare
+    HTTP routes on it (``api = Endpoint(name="my-api", ...)``, then ``@api.post("/path")``: see ``routes.py``).
 
     Args:
         name: endpoint name, unique per control plane; by default the decorated function's or class's ``__name__``,
@@ -152,6 +154,7 @@ class Endpoint:
             )
         self = super().__new__(cls)
         self.spec = build_spec(options, named_later=True)
+        self._scaler_given = "scaler_type" in options  # routes default to REQUEST_COUNT unless it was given
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -159,6 +162,7 @@ class Endpoint:
         return _endpoint_with_spec, (self.spec,)
 
     def __call__(self, target: Any) -> Any:
+        self._queue_target(target)  # an endpoint with routes decorates nothing; one that decorates takes no routes
         spec = self.spec if self.spec.name else _named_after(self.spec, target)
         if inspect.isclass(target):
             methods = public_methods(target)

@@ -1,0 +1,387 @@
+"""A route worker's app: the FastAPI app an HTTP-route endpoint's workers serve, built from its route functions as
+Runpod Flash's ``runtime/lb_handler.py`` builds it, plus ``GET /ping``, a body limit and JSON errors.
+
+- ``GET``: FastAPI reads the function's signature (scalars from the query string, ``{x}`` from the path); a
+  parameter typed as a list (``tags: list[str]``) is a repeated query parameter (``?tags=a&tags=b``).
+- ``POST``/``PUT``/``PATCH``/``DELETE``: the JSON body's fields are the parameters, validated by a pydantic model
+  built from the signature (``{x}`` path parameters apart). With a ``bytes`` (or ``UploadFile``) parameter the body is
+  multipart instead: those are files, the rest form fields. A parameter typed as a pydantic model leaves the whole
+  signature to FastAPI, as in Flash. Parameters FastAPI fills itself (``request: Request``, ``Depends(...)``,
+  ``Header()``, ...) are left to it everywhere.
+- Sync ``def`` functions run in a thread, ``async def`` ones on the loop. A response object (``StreamingResponse``,
+  an ``EventSourceResponse``, ``JSONResponse``...) is sent as it is; a generator or async generator (returned, or the
+  function is one) streams as JSON lines (``application/jsonl``, one item per line, as FastAPI streams ``yield``);
+  anything else is JSON.
+- ``GET /ping``: 204 until the app's startup (its lifespan) has run, then 200 ``{"status": "healthy"}``.
+- Errors: validation is FastAPI's 422 with its ``detail``; a function that raises gives 500
+  ``{"error", "code": "handler_error", "type", "message"}`` and its traceback on stderr; a body over the limit is 413
+  ``payload_too_large``.
+
+Worker side: imports FastAPI, Starlette and pydantic (only route workers load this module); never ``store/`` or
+``scheduler/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import sys
+import traceback
+import types
+import typing
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, get_args, get_origin
+
+import anyio
+import fastapi
+import starlette
+from fastapi import BackgroundTasks, Body, FastAPI, File, Form, Query, UploadFile, params
+from fastapi.encoders import jsonable_encoder
+from fastapi.security import SecurityScopes
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from flashpoint.routes import Route, path_params
+
+__all__ = ["BODY_METHODS", "MAX_BODY_BYTES", "create_app"]
+
+#: methods whose parameters come from the request body (Flash's ``_BODY_METHODS``)
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: the default body limit (``FLASHPOINT_MAX_BODY_MB``, 32)
+MAX_BODY_BYTES = 32 * 2**20
+
+_SKIPPED = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+#: the wrapper's parameter holding the body model (not a name a route function can have: it starts with two "_")
+_BODY = "__flashpoint_body"
+
+
+def create_app(routes: Sequence[Route], *, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    """The worker's ASGI app serving ``routes`` (``(method, path, function)``), ``GET /ping`` and nothing else (no
+    ``/docs``: every path but ``/ping`` is the endpoint's own).
+
+    Raises:
+        TypeError: a route function whose signature cannot become a request (the route is named).
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.ready = True
+        try:
+            yield
+        finally:
+            app.state.ready = False
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.ready = False
+    app.add_api_route("/ping", _ping, methods=["GET"], include_in_schema=False)
+    for method, path, fn in routes:
+        try:
+            endpoint = endpoint_for(method, path, fn)
+            app.add_api_route(path, endpoint, methods=[method], response_model=None, name=fn.__name__)
+        except Exception as exc:
+            raise TypeError(f"route {method} {path} ({fn.__name__}) cannot be served: {exc}") from exc
+    # the last added is the outermost: errors around the body limit around FastAPI's own handling
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(Errors)
+    return app
+
+
+async def _ping(request: Request) -> Response:
+    if request.app.state.ready:
+        return JSONResponse({"status": "healthy"})
+    return Response(status_code=204)  # initialising: Runpod's load balancer sends no traffic yet
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Route functions as FastAPI endpoints
+
+
+def endpoint_for(method: str, path: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """An ``async def`` FastAPI calls for one route: its signature says where each parameter comes from, and it
+    calls ``fn`` with them (in a thread for a sync ``def``) and turns the result into a response."""
+    signature = inspect.signature(fn)
+    hints = _hints(fn, signature)
+    in_path = set(path_params(path))
+    own: list[inspect.Parameter] = []  # FastAPI reads these as they are (path parameters, Request, Depends, ...)
+    plain: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        if param.kind in _SKIPPED:
+            continue
+        param = param.replace(annotation=hints.get(param.name, Any), kind=inspect.Parameter.KEYWORD_ONLY)
+        (own if param.name in in_path or _fastapi_own(param) else plain).append(param)
+    accepts_extra = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    body: type[Any] | None = None
+    if method not in BODY_METHODS:
+        plain = [_query_list(p) for p in plain]
+    elif any(_is_model(p.annotation) for p in plain):
+        pass  # Flash hands such a signature to FastAPI unchanged: a model parameter is the body
+    elif any(_is_file(p.annotation) for p in plain):
+        plain = [_multipart(p) for p in plain]
+    elif plain:
+        body = _body_model(fn, plain, accepts_extra)
+    wrapper_params = own + (plain if body is None else [_body_param(body, plain)])
+
+    async def endpoint(**values: Any) -> Any:
+        if body is not None:
+            model = values.pop(_BODY)
+            if model is not None:
+                values.update({p.name: getattr(model, f"p{i}") for i, p in enumerate(plain)})
+                values.update(model.model_extra or {})
+        args, kwargs = _arguments(signature, values)
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            result = fn(*args, **kwargs)
+        else:
+            result = await run_in_threadpool(fn, *args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return respond(result)
+
+    endpoint.__signature__ = inspect.Signature(wrapper_params)  # type: ignore[attr-defined]
+    endpoint.__name__ = fn.__name__
+    endpoint.__qualname__ = fn.__qualname__
+    endpoint.__doc__ = fn.__doc__
+    return endpoint
+
+
+def _hints(fn: Callable[..., Any], signature: inspect.Signature) -> dict[str, Any]:
+    """The parameters' annotations as objects (a module with ``from __future__ import annotations`` has strings).
+    One that cannot be resolved (a name imported only under TYPE_CHECKING) becomes Any, with a line on stderr."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        unresolved = f"flashpoint: the annotations of {fn.__qualname__} cannot all be resolved ({exc})"
+        print(f"{unresolved}; those that cannot are not checked", file=sys.stderr, flush=True)
+        return {
+            name: Any
+            if isinstance(param.annotation, str) or param.annotation is inspect.Parameter.empty
+            else param.annotation
+            for name, param in signature.parameters.items()
+        }
+
+
+def _arguments(signature: inspect.Signature, values: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Positional-only parameters by position (up to the first one left to its default), the rest by name."""
+    args: list[Any] = []
+    for param in signature.parameters.values():
+        if param.kind is not inspect.Parameter.POSITIONAL_ONLY or param.name not in values:
+            break
+        args.append(values.pop(param.name))
+    return args, values
+
+
+def _strip_optional(annotation: Any) -> Any:
+    """``X | None`` (or ``Optional[X]``) as ``X``; ``Annotated[X, ...]`` as ``X``."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
+
+
+def _fastapi_own(param: inspect.Parameter) -> bool:
+    """A parameter FastAPI fills itself: ``Request`` and friends, ``Depends``/``Query``/``Header``/... markers."""
+    markers = (params.Param, params.Body, params.Depends)
+    if isinstance(param.default, markers):
+        return True
+    if get_origin(param.annotation) is Annotated and any(isinstance(m, markers) for m in get_args(param.annotation)):
+        return True
+    kind = param.annotation
+    return isinstance(kind, type) and issubclass(kind, HTTPConnection | Response | BackgroundTasks | SecurityScopes)
+
+
+def _is_model(annotation: Any) -> bool:
+    kind = _strip_optional(annotation)
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _is_file(annotation: Any) -> bool:
+    kind = _strip_optional(annotation)
+    if get_origin(kind) is list and get_args(kind):
+        kind = get_args(kind)[0]
+    return kind is bytes or (isinstance(kind, type) and issubclass(kind, UploadFile))
+
+
+def _default(param: inspect.Parameter) -> Any:
+    return ... if param.default is inspect.Parameter.empty else param.default
+
+
+def _query_list(param: inspect.Parameter) -> inspect.Parameter:
+    """A GET parameter typed as a list, set or tuple: a repeated query parameter (FastAPI would read a body)."""
+    if get_origin(_strip_optional(param.annotation)) in (list, set, tuple, frozenset):
+        return param.replace(default=Query(_default(param)))
+    return param
+
+
+def _multipart(param: inspect.Parameter) -> inspect.Parameter:
+    """Flash's multipart rule: ``bytes`` parameters are files (``File``), every other one a form field (``Form``)."""
+    marker = File if _is_file(param.annotation) else Form
+    return param.replace(default=marker(_default(param)))
+
+
+def _body_model(fn: Callable[..., Any], plain: list[inspect.Parameter], accepts_extra: bool) -> type[Any]:
+    """A pydantic model whose fields are the parameters, keyed by their names in JSON. Fields are named ``p0``,
+    ``p1``... inside (with the parameter name as alias), so no parameter name can clash with pydantic's own."""
+    fields: dict[str, Any] = {f"p{i}": (p.annotation, Field(_default(p), alias=p.name)) for i, p in enumerate(plain)}
+    config = ConfigDict(extra="allow" if accepts_extra else "ignore", arbitrary_types_allowed=True)
+    model: type[Any] = create_model(f"{fn.__name__}_body", __config__=config, **fields)
+    return model
+
+
+def _body_param(model: type[Any], plain: list[inspect.Parameter]) -> inspect.Parameter:
+    # a body is needed when a parameter has no default; otherwise it may be left out (the function's defaults apply)
+    required = any(p.default is inspect.Parameter.empty for p in plain)
+    return inspect.Parameter(
+        _BODY, inspect.Parameter.KEYWORD_ONLY, annotation=model, default=Body(...) if required else Body(None)
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Results as responses
+
+
+def respond(result: Any) -> Any:
+    """A response object as it is; a generator as a JSON-lines stream; anything else for FastAPI to send as JSON."""
+    if isinstance(result, Response):
+        return result
+    if inspect.isasyncgen(result):
+        return StreamingResponse(_async_lines(result), media_type="application/jsonl")
+    if inspect.isgenerator(result):
+        # a sync iterator: Starlette steps it in a thread, so a slow step never blocks the worker's loop
+        return StreamingResponse(_lines(result), media_type="application/jsonl")
+    return result
+
+
+def _line(item: Any) -> bytes:
+    text = json.dumps(jsonable_encoder(item), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode() + b"\n"
+
+
+async def _async_lines(items: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    async for item in items:
+        yield _line(item)
+
+
+def _lines(items: Iterator[Any]) -> Iterator[bytes]:
+    for item in items:
+        yield _line(item)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Middleware
+
+
+def _error_body(code: str, error: str, message: str, **extra: Any) -> bytes:
+    """The house error shape (``api/errors.py``): ``error`` to show, ``code`` to branch on, ``message``."""
+    return json.dumps({"error": error, "code": code, "message": message, **extra}).encode()
+
+
+async def _send_json(send: Send, status: int, payload: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class Errors:
+    """A route function that raised: its traceback on stderr, and 500 with its type and message when nothing was sent
+    yet; a stream that fails midway is cut short (the client sees an incomplete response)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            where = f"{scope.get('method')} {scope.get('path')}"
+            print(f"flashpoint: {where} raised:", file=sys.stderr)
+            traceback.print_exception(type(exc), exc, _from_user_code(exc.__traceback__), file=sys.stderr)
+            sys.stderr.flush()
+            if started:
+                return
+            kind = type(exc).__qualname__
+            if type(exc).__module__ != "builtins":
+                kind = f"{type(exc).__module__}.{kind}"
+            await _send_json(send, 500, _error_body("handler_error", f"{kind}: {exc}", str(exc), type=kind))
+
+
+#: where the frames between the server and a route function live (left out of the traceback a worker prints)
+_FRAMEWORK = tuple(
+    os.path.dirname(module.__file__ or "") + os.sep for module in (anyio, asyncio, fastapi, starlette)
+) + (__file__,)
+
+
+def _from_user_code(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The traceback from the first frame of the user's code (the route function); all of it when it has none (an
+    output JSON cannot carry fails in FastAPI's encoder)."""
+    first = tb
+    while first is not None and first.tb_frame.f_code.co_filename.startswith(_FRAMEWORK):
+        first = first.tb_next
+    return first if first is not None else tb
+
+
+class _TooLarge(BaseException):
+    """Raised from ``receive``; a BaseException so that nothing inside turns it into a 500 or a 400 first."""
+
+
+class BodyLimit:
+    """Bodies over ``max_bytes`` get 413 ``payload_too_large``, by Content-Length or while they stream in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._reject(send)
+            return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except _TooLarge:
+            if not started:
+                await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        message = (
+            f"request body is larger than the limit of {self.max_bytes} bytes; send less, or raise the worker's "
+            "FLASHPOINT_MAX_BODY_MB"
+        )
+        await _send_json(send, 413, _error_body("payload_too_large", message, message))
