@@ -59,6 +59,12 @@ class Settings:
     datacenter: str | None = None
     #: FLASHPOINT_SIMULATED_CUDA: the driver CUDA version of simulated nodes, checked by ``min_cuda_version``
     simulated_cuda: str = DEFAULT_SIMULATED_CUDA
+    #: FLASHPOINT_ROUTE_WAIT_S: how long a request to an HTTP-route endpoint waits for a ready worker (a cold start
+    #: included) before the server answers 503 with the endpoint's explanation (``serve --route-wait-s``)
+    route_wait_s: float = 60.0
+    #: FLASHPOINT_ROUTE_READY_TIMEOUT_S: how long a route worker may take to answer ``GET /ping`` with 200 before it
+    #: counts as a failed start
+    route_ready_timeout_s: float = 600.0
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -95,6 +101,8 @@ class Settings:
             memory_gb=_memory_gb(env),
             datacenter=_datacenter(env),
             simulated_cuda=_cuda(env),
+            route_wait_s=_seconds(env, "FLASHPOINT_ROUTE_WAIT_S", 60.0),
+            route_ready_timeout_s=_seconds(env, "FLASHPOINT_ROUTE_READY_TIMEOUT_S", 600.0),
         )
 
 

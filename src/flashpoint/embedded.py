@@ -34,6 +34,8 @@ from flashpoint.store.memory import MemoryJobStore
 
 log = logging.getLogger("flashpoint")
 T = TypeVar("T")
+#: the largest request body the embedded server's route proxy forwards (as ``flashpoint serve``'s default)
+EMBEDDED_MAX_BODY_BYTES = 10 * 1024 * 1024
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -114,10 +116,13 @@ class EmbeddedServer:
             parent_pid=parent_pid,
             node=self.settings.node,
             base_url=self.url,
+            route_ready_timeout_s=self.settings.route_ready_timeout_s,
         )
         # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
         native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))
-        app = Starlette(routes=[*worker_routes(self.plane), native])
+        # HTTP-route endpoints under /NAME/, with this plane's API key (its announcement file holds it)
+        app = _LazyRoutes(Starlette(routes=[*worker_routes(self.plane), native]), self.plane, self.api_key,
+                          wait_s=self.settings.route_wait_s)  # fmt: skip
         open_files = raise_open_file_limit()
         config = uvicorn.Config(
             app,
@@ -145,6 +150,7 @@ class EmbeddedServer:
             finally:
                 server.should_exit = True
                 await serving
+                await app.close()
             if self._announce is not None:
                 self._announce.unlink(missing_ok=True)
 
@@ -263,6 +269,41 @@ class EmbeddedServer:
                 if state.status is not JobStatus.COMPLETED:
                     raise job_failure(state)
                 return
+
+
+class _LazyRoutes:
+    """``app``, with requests under ``/{route endpoint}/`` going to a route proxy, built once a route endpoint is
+    registered: an embedded server without route endpoints never imports aiohttp (a quarter of a second)."""
+
+    def __init__(self, app: Any, plane: ControlPlane, api_key: str, *, wait_s: float) -> None:
+        self._app = app
+        self._plane = plane
+        self._key = api_key
+        self._wait_s = wait_s
+        self._proxy: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._plane.routed and scope["type"] == "http":
+            if self._proxy is None:
+                from flashpoint.api.routeproxy import RouteProxy
+
+                self._proxy = RouteProxy(
+                    self._plane, (self._key,), max_body_bytes=EMBEDDED_MAX_BODY_BYTES, wait_s=self._wait_s
+                )
+            ep = self._proxy.endpoint_of(scope["path"])
+            if ep is not None:
+                from starlette.requests import ClientDisconnect
+
+                try:
+                    await self._proxy.serve(ep, scope, receive, send)
+                except ClientDisconnect:
+                    log.debug("a client hung up before its request to %s was answered", scope["path"])
+                return
+        await self._app(scope, receive, send)
+
+    async def close(self) -> None:
+        if self._proxy is not None:
+            await self._proxy.close()
 
 
 class _LazyNativeApp:

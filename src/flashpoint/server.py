@@ -59,10 +59,11 @@ def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[An
 
 def input_checkers(handles: Mapping[str, Any]) -> dict[str, Callable[[Any], None]]:
     """The intake's checkers: ``name`` for a job naming no target, ``name/target`` for one naming its target (the
-    functions and classes sharing one endpoint name); a command's handler takes any JSON input, as on Runpod."""
+    functions and classes sharing one endpoint name); a command's handler takes any JSON input, as on Runpod; a route
+    endpoint takes no jobs (its requests go through the route proxy)."""
     checkers: dict[str, Callable[[Any], None]] = {}
     for name, handle in handles.items():
-        if isinstance(handle, EndpointCommand):
+        if isinstance(handle, EndpointCommand) or handle.spec.serves_routes:
             continue
         targets = handle.targets()
         for target, member in targets.items():
@@ -115,7 +116,10 @@ class Server:
         max_result_bytes: int = codec.MAX_RESULT_BYTES,
         max_queued_jobs: int = MAX_QUEUED_JOBS,
         max_queued_bytes: int = MAX_QUEUED_BYTES,
+        route_wait_s: float | None = None,
     ) -> None:
+        """``route_wait_s``: how long a request to a route endpoint waits for a ready worker (default: the settings',
+        ``FLASHPOINT_ROUTE_WAIT_S``, 60 s)."""
         if any(not key.strip() for key in api_keys):
             raise ConfigError(
                 "an API key is blank, so no request could match it; pass real keys (e.g. FLASHPOINT_API_KEY="
@@ -126,6 +130,8 @@ class Server:
                             ("max-queued-jobs", max_queued_jobs), ("max-queued-mb", max_queued_bytes)):  # fmt: skip
             if value is not None and not value > 0:
                 raise ConfigError(f"--{name} must be positive, got {value}")
+        if route_wait_s is not None and not route_wait_s >= 0:
+            raise ConfigError(f"--route-wait-s must be 0 or more seconds, got {route_wait_s}")
         if not api_keys and not _loopback(host):
             raise ConfigError(
                 f"refusing to listen on {host} without an API key: anyone who can reach it could run jobs. "
@@ -142,6 +148,7 @@ class Server:
         self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
         self.max_result_bytes = max_result_bytes
         self.max_queued_jobs, self.max_queued_bytes = max_queued_jobs, max_queued_bytes
+        self.route_wait_s = settings.route_wait_s if route_wait_s is None else route_wait_s
 
     def run(self) -> None:
         """Load the app, serve until SIGINT/SIGTERM, then stop the workers and put their jobs back in the queue."""
@@ -179,6 +186,7 @@ class Server:
             max_queued_jobs=self.max_queued_jobs,
             max_queued_bytes=self.max_queued_bytes,
             base_url=self.settings.worker_url or http_url(worker_host, port),
+            route_ready_timeout_s=self.settings.route_ready_timeout_s,
         )
 
         # the workers of a shared name load a pickled table of its functions' import paths from a file
@@ -201,6 +209,7 @@ class Server:
 
         async def shutdown() -> None:
             await plane.close()
+            await dispatch.routes.close()
             store.close()
             code_dir.cleanup()
 
@@ -215,6 +224,7 @@ class Server:
             ),
             max_body_bytes=self.max_body_bytes,
             webhook_retry_delay_s=self.settings.webhook_retry_s,
+            route_wait_s=self.route_wait_s,
             on_startup=startup,
             on_shutdown=shutdown,
         )
@@ -231,8 +241,9 @@ class Server:
             header_timeout_s=self.header_timeout_s,
             body_timeout_s=self.body_timeout_s,
         )
+        dispatch = Dispatch(app, plane)
         config = uvicorn.Config(
-            Dispatch(app, plane),
+            dispatch,
             http=protocol,
             log_level="warning",
             access_log=False,

@@ -10,7 +10,7 @@ import weakref
 from typing import Any
 
 from flashpoint import GpuType
-from flashpoint.backends.base import ExitCallback, Launch, LineCallback
+from flashpoint.backends.base import ExitCallback, Launch, LineCallback, Started
 from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
 from flashpoint.fleetspec import parse_fleet
@@ -288,7 +288,7 @@ class _SlowStart(StubBackend):
         super().__init__(*args)
         self.waiting: list[weakref.ref[asyncio.Future[None]]] = []
 
-    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> tuple[int, ...] | None:
+    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> Started:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting.append(weakref.ref(future))
         await future

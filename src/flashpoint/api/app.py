@@ -1,4 +1,5 @@
-"""The server's FastAPI app: Runpod client routes, worker routes, the native /v1 API and /metrics, all JSON."""
+"""The server's FastAPI app: Runpod client routes, worker routes, the native /v1 API and /metrics, all JSON; and
+``Dispatch``, the server's ASGI app in front of it, which also sends ``/{route endpoint}/...`` to the route proxy."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from flashpoint.api import errors, native
 from flashpoint.api.flashroute import FlashRoute, is_flash_call
 from flashpoint.api.limits import BodyLimit
 from flashpoint.api.metrics import PlaneMetrics, metrics_route
+from flashpoint.api.routeproxy import RouteProxy
 from flashpoint.api.runpod import Intake, client_routes
 from flashpoint.api.webhooks import Webhooks
 from flashpoint.api.workers import json_response, worker_routes
@@ -33,10 +35,12 @@ def create_app(
     intake: Intake,
     max_body_bytes: int = 10 * 1024 * 1024,
     webhook_retry_delay_s: float = 10.0,
+    route_wait_s: float = 60.0,
     on_startup: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
-    """Build the app over a plane; ``on_startup``/``on_shutdown`` run on the server's loop (start, recover, close)."""
+    """Build the app over a plane; ``on_startup``/``on_shutdown`` run on the server's loop (start, recover, close).
+    ``route_wait_s``: how long a request to a route endpoint waits for a ready worker before a 503."""
     webhooks: list[Webhooks] = []
 
     @asynccontextmanager
@@ -64,12 +68,14 @@ def create_app(
     app.state.api_keys = api_keys
     app.state.intake = intake
     app.state.max_body_bytes = max_body_bytes
+    app.state.route_wait_s = route_wait_s
     errors.install(app)
     # before the catch-all handler logs it as an unexpected error with its traceback
     app.add_exception_handler(ClientDisconnect, _client_gone)
     native.require_key_for_docs(app)
     app.include_router(native.router, prefix="/v1")
     metrics = PlaneMetrics(plane)
+    app.state.metrics = metrics
     app.router.routes.append(metrics_route(metrics))
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
@@ -82,10 +88,20 @@ _WORKER_PATH = re.compile(r"^/v2/[^/]+/(job-take|job-take-batch|job-stop|job-don
 class Dispatch:
     """The server's ASGI app. Every job crosses the worker protocol and Runpod's client routes, so those go to bare
     routers (no dependency injection, no middleware but the body limit; they check keys themselves and answer errors
-    as JSON); the rest (native /v1 API, /metrics, /docs) to the FastAPI app."""
+    as JSON); a path whose first segment names a route endpoint goes to the route proxy (``api/routeproxy.py``: it
+    checks the key and the body limit itself); the rest (native /v1 API, /metrics, /docs) to the FastAPI app. Route
+    endpoints cannot take the server's own names (``spec.RESERVED_NAMES``), so the two never meet."""
 
     def __init__(self, api: FastAPI, plane: ControlPlane) -> None:
         self.api = api
+        self.routed = plane.routed
+        self.routes = RouteProxy(
+            plane,
+            api.state.api_keys,
+            max_body_bytes=api.state.max_body_bytes,
+            wait_s=api.state.route_wait_s,
+            metrics=api.state.metrics.routes,
+        )
         self.workers = Router(routes=worker_routes(plane), default=_not_found)
         clients = Router(routes=client_routes(plane, api.state.api_keys, api.state.intake), default=_not_found)
         self.clients = BodyLimit(clients, api.state.max_body_bytes)
@@ -99,6 +115,8 @@ class Dispatch:
                     await self.flash(scope, receive, send)
                 else:
                     await (self.workers if _WORKER_PATH.match(scope["path"]) else self.clients)(scope, receive, send)
+            elif self.routed and scope["type"] == "http" and (ep := self.routes.endpoint_of(scope["path"])):
+                await self.routes.serve(ep, scope, receive, send)
             else:
                 await self.api(scope, receive, send)
         except ClientDisconnect:  # the client hung up before its body arrived: nobody to answer, nothing to fix

@@ -1,4 +1,5 @@
-"""Prometheus metrics of a control plane: its state read at scrape time, and what finished jobs took, per endpoint."""
+"""Prometheus metrics of a control plane: its state read at scrape time, what finished jobs took, per endpoint, and
+what route endpoints' requests took, per endpoint and route."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from flashpoint.scheduler.loop import ControlPlane
 #: seconds; a job may wait for a cold start (minutes) or run for hours
 DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 EXECUTION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
+#: seconds; a proxied request takes a millisecond, or a cold start (minutes), or a long stream
+ROUTE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
 
 
 class _PlaneCollector:
@@ -30,17 +33,21 @@ class _PlaneCollector:
         return list(self._families())
 
     def collect(self) -> Iterable[Metric]:
-        jobs, queue, workers, devices = self._families()
+        jobs, queue, workers, devices, in_flight, waiting = self._families()
         plane = self.plane
         for gauge in plane.gauges():
             name = gauge.name
+            for state, count in gauge.workers.items():
+                workers.add_metric([name, state], count)
+            if gauge.routes:  # a route endpoint has requests, not jobs
+                in_flight.add_metric([name], gauge.running)
+                waiting.add_metric([name], gauge.queued)
+                continue
             jobs.add_metric([name, JobStatus.IN_QUEUE.value], gauge.queued)
             jobs.add_metric([name, JobStatus.IN_PROGRESS.value], gauge.running)
             for status in sorted(TERMINAL, key=lambda s: s.value):
                 jobs.add_metric([name, status.value], self.finished.get((name, status.value), 0))
             queue.add_metric([name], gauge.queued)
-            for state, count in gauge.workers.items():
-                workers.add_metric([name, state], count)
         counts: dict[tuple[str, str, str], int] = {}
         for row in plane.fleet_view():
             simulated = "true" if row["simulated"] else "false"
@@ -50,10 +57,10 @@ class _PlaneCollector:
             counts[(str(row["model"]), held, simulated)] += 1
         for labels, count in counts.items():
             devices.add_metric(list(labels), count)
-        return [jobs, queue, workers, devices]
+        return [jobs, queue, workers, devices, in_flight, waiting]
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[GaugeMetricFamily, ...]:
         return (
             GaugeMetricFamily(
                 "flashpoint_jobs",
@@ -67,11 +74,58 @@ class _PlaneCollector:
                 "GPUs of the fleet by model, busy (held by a worker) or free, real or simulated",
                 labels=["model", "state", "simulated"],
             ),
+            GaugeMetricFamily(
+                "flashpoint_route_requests_in_flight",
+                "Requests of a route endpoint handed to its workers and not yet answered",
+                labels=["endpoint"],
+            ),
+            GaugeMetricFamily(
+                "flashpoint_route_requests_held",
+                "Requests of a route endpoint waiting for a ready worker",
+                labels=["endpoint"],
+            ),
         )
 
 
+class RouteMetrics:
+    """What route endpoints' requests took: a counter by endpoint, method, route and status, and a latency histogram
+    (arrival to the answer's end, a held request's wait included) by endpoint, method and route. ``route`` is the
+    declared template a request matched (``/items/{item_id}``) or ``other``, so label values stay bounded."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "flashpoint_route_requests",
+            "Requests to route endpoints, by endpoint, method, route template and status (0: closed mid-answer)",
+            ["endpoint", "method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "flashpoint_route_request_seconds",
+            "Time from a route request's arrival to the end of its answer",
+            ["endpoint", "method", "route"],
+            registry=registry,
+            buckets=ROUTE_BUCKETS,
+        )
+        self._counters: dict[tuple[str, str, str, int], Counter] = {}
+        self._latencies: dict[tuple[str, str, str], Histogram] = {}
+
+    def observe(self, endpoint: str, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request (the proxy calls this for every one)."""
+        key = (endpoint, method, route, status)
+        counter = self._counters.get(key)
+        if counter is None:  # labels() takes a lock and builds a key: once per label set, not once per request
+            counter = self._counters[key] = self.requests.labels(endpoint, method, route, str(status))
+        counter.inc()
+        where = (endpoint, method, route)
+        latency = self._latencies.get(where)
+        if latency is None:
+            latency = self._latencies[where] = self.latency.labels(endpoint, method, route)
+        latency.observe(seconds)
+
+
 class PlaneMetrics:
-    """A plane's metrics in a registry of their own; ``observe`` records each job that reaches a terminal state."""
+    """A plane's metrics in a registry of their own; ``observe`` records each job that reaches a terminal state;
+    ``routes`` records route endpoints' requests."""
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
@@ -102,6 +156,7 @@ class PlaneMetrics:
         self._delays: dict[str, Histogram] = {}
         self._executions: dict[str, Histogram] = {}
         self._unsubscribe = plane.listen(self.observe)
+        self.routes = RouteMetrics(self.registry)
 
     def observe(self, view: JobView) -> None:
         """Record a job that reached a terminal state (the plane calls this for every one)."""

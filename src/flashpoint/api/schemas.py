@@ -122,10 +122,21 @@ class Worker(Schema):
     jobs: list[str]
     retiring: bool
     placement: Placement
+    address: str | None = Field(
+        default=None, description="where a route worker serves HTTP (host:port); null for a queue worker"
+    )
+    in_flight: int = Field(default=0, description="requests the server's proxy has handed a route worker, not answered")
+
+
+class Route(Schema):
+    """One HTTP route of a route endpoint, served as ``METHOD /{endpoint}{path}``."""
+
+    method: str = Field(examples=["POST"])
+    path: str = Field(examples=["/items/{item_id}"])
 
 
 class Endpoint(Schema):
-    """An endpoint's options, its queue, its workers and why it waits."""
+    """An endpoint's options, its queue (a route endpoint: its held requests), its workers and why it waits."""
 
     name: str
     gpu: str = Field(examples=["NVIDIA H200 > NVIDIA A100 80GB PCIe (x2)"])
@@ -140,10 +151,13 @@ class Endpoint(Schema):
     max_concurrency: int
     scaler_type: str
     scaler_value: int
-    queue_depth: int
+    queue_depth: int = Field(description="jobs IN_QUEUE; for a route endpoint, requests held for a worker")
     workers: list[Worker]
     counters: dict[str, int] = Field(description="completed, failed, retried since the plane started")
     explanation: Explanation
+    kind: str = Field(default="function", description="function, class, command, or routes (an HTTP-route endpoint)")
+    routes: list[Route] = Field(default_factory=list, description="a route endpoint's routes, as declared")
+    in_flight: int = Field(default=0, description="a route endpoint's requests handed to its workers, not answered")
 
 
 class Endpoints(Schema):

@@ -31,6 +31,37 @@ class Launch:
     #: a CPU worker's reserved vCPUs and memory (MiB); 0 for a GPU worker
     cpus: int = 0
     memory_mb: int = 0
+    #: a route worker: it serves HTTP on a port the backend chooses on the worker's node and sets in its environment
+    #: (``PORT`` and ``PORT_HEALTH``, the same, and ``FLASHPOINT_ROUTE_HOST``, the address to bind), as Runpod's
+    #: load-balanced workers expect
+    http: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What a backend tells the plane of a worker it started."""
+
+    #: the device ids the worker really got, when the backend numbers them itself (Ray hands an actor GPU ids of its
+    #: own choosing on the node); None when the launch's devices are the ones
+    device_ids: tuple[int, ...] | None = None
+    #: where a route worker serves HTTP, ``host:port`` (an IPv6 host in brackets); None for a worker that pulls jobs
+    address: str | None = None
+
+
+#: the environment variables a route worker is told where to serve with (Runpod's load-balanced worker contract, plus
+#: the address to bind, which is flashpoint's)
+PORT_ENV = ("PORT", "PORT_HEALTH")
+ROUTE_HOST_ENV = "FLASHPOINT_ROUTE_HOST"
+
+
+def http_env(host: str, port: int) -> dict[str, str]:
+    """The variables a route worker reads to serve on ``host:port``."""
+    return {**{name: str(port) for name in PORT_ENV}, ROUTE_HOST_ENV: host}
+
+
+def address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class Backend(Protocol):
@@ -51,12 +82,14 @@ class Backend(Protocol):
         """Report fleet changes from now on, on the running loop; a fixed fleet never calls ``on_change``."""
         ...
 
-    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> tuple[int, ...] | None:
+    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> Started:
         """Start the worker; raise BackendError if it cannot be started at all, NotReadyError if its place never
         came up (the plane then tries the next candidate).
 
-        Returns the device ids the worker really got when the backend, not the plane's ledger, numbers them (Ray
-        hands an actor GPU ids of its own choosing on the node); None when the launch's devices are the ones.
+        Returns the device ids the worker really got when the backend, not the plane's ledger, numbers them, and,
+        for a route worker (``launch.http``), the address it was told to serve on: the backend chooses a free port on
+        the worker's node, since only it knows the node. A port taken between that choice and the worker's bind makes
+        the worker exit before it is ready: a failed start like any other, and the next start gets another port.
         """
         ...
 

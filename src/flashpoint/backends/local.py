@@ -1,4 +1,5 @@
-"""Local backend: workers are subprocesses of this host, pinned to their devices with CUDA_VISIBLE_DEVICES."""
+"""Local backend: workers are subprocesses of this host, pinned to their devices with CUDA_VISIBLE_DEVICES. A route
+worker serves HTTP on a free port of 127.0.0.1 that this backend chooses."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import asyncio
 import os
 
 from flashpoint.backends import process
-from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback
+from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback, Started, address, http_env
 from flashpoint.errors import BackendError
 from flashpoint.scheduler.inventory import Device, Node
+
+#: where local route workers serve: only this machine reaches them (the server's proxy is their one client)
+LOOPBACK = "127.0.0.1"
 
 
 class LocalBackend:
@@ -21,6 +25,8 @@ class LocalBackend:
         self._nodes = list(nodes or [])
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        #: the port each live route worker was told to serve on (never handed to two at once)
+        self._ports: dict[str, int] = {}
 
     def devices(self) -> list[Device]:
         return list(self._devices)
@@ -29,14 +35,22 @@ class LocalBackend:
         """This machine (and, for a simulated fleet of several nodes, the simulated ones: their workers run here)."""
         return list(self._nodes)
 
-    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> None:
-        """Start the worker pinned (CUDA_VISIBLE_DEVICES) to the launch's devices."""
+    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> Started:
+        """Start the worker pinned (CUDA_VISIBLE_DEVICES) to the launch's devices; a route worker on a free port of
+        127.0.0.1."""
+        env, where = launch.env, None
         try:
-            proc = await process.spawn(launch.argv, launch.env, launch.cwd)
+            if launch.http:
+                port = process.free_port(LOOPBACK, self._ports.values())
+                env, where = {**launch.env, **http_env(LOOPBACK, port)}, address(LOOPBACK, port)
+                self._ports[launch.worker_id] = port
+            proc = await process.spawn(launch.argv, env, launch.cwd)
         except BackendError as exc:
+            self._ports.pop(launch.worker_id, None)
             raise BackendError(f"worker {launch.worker_id}: {exc}") from exc
         self._procs[launch.worker_id] = proc
         self._watchers[launch.worker_id] = asyncio.create_task(self._watch(launch.worker_id, proc, on_line, on_exit))
+        return Started(address=where)
 
     async def _watch(
         self, worker_id: str, proc: asyncio.subprocess.Process, on_line: LineCallback, on_exit: ExitCallback
@@ -44,6 +58,7 @@ class LocalBackend:
         code = await process.watch(proc, lambda channel, line: on_line(worker_id, channel, line))
         self._procs.pop(worker_id, None)
         self._watchers.pop(worker_id, None)
+        self._ports.pop(worker_id, None)
         on_exit(worker_id, code)
 
     def watch(self, on_change: FleetCallback) -> None:

@@ -8,7 +8,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+import socket
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from flashpoint.errors import BackendError
 
@@ -16,6 +17,22 @@ log = logging.getLogger("flashpoint.backends")
 
 #: called with (channel "stdout" or "stderr", line without its newline)
 OnLine = Callable[[str, str], None]
+
+
+def free_port(host: str, taken: Collection[int] = ()) -> int:
+    """A TCP port free on ``host`` now, and not one of ``taken`` (ports handed to workers not yet bound to them).
+
+    The kernel picks it (bind to port 0); the socket is closed before the worker binds, so another process may take
+    the port in between: the worker then fails to start and the next start gets another one.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(100):
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if port not in taken:
+            return port
+    raise BackendError(f"no free TCP port on {host} after 100 tries")
 
 
 async def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> asyncio.subprocess.Process:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flashpoint.backends import process
-from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback
+from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback, Started, address, http_env
 from flashpoint.errors import BackendError, ConfigError, NotReadyError
 from flashpoint.gpus import gpu_model_label, identify, identify_label
 from flashpoint.scheduler.inventory import DATACENTER_LABEL, Device, Fleet, Node
@@ -216,8 +216,11 @@ class WorkerHost:
         self._code: int | None = None
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self, argv: list[str], env: dict[str, str], cwd: str | None, plane_python: str) -> list[str]:
-        """Start the worker process; the GPU ids Ray gave this actor (and so the worker)."""
+    async def start(
+        self, argv: list[str], env: dict[str, str], cwd: str | None, plane_python: str, http: bool = False
+    ) -> tuple[list[str], str | None]:
+        """Start the worker process; the GPU ids Ray gave this actor (and so the worker), and a route worker's
+        address: a free port on this node's address, which the control plane's proxy connects to."""
         import ray
 
         command = list(argv)
@@ -233,10 +236,17 @@ class WorkerHost:
             "FLASHPOINT_PARENT_PID": str(os.getpid()),
             "FLASHPOINT_RAY_NODE_ID": node_id,
         }
+        where = None
+        if http:
+            node_ip: Any = ray.util.get_node_ip_address  # untyped in Ray
+            host = str(node_ip())
+            port = process.free_port(host)
+            full_env.update(http_env(host, port))
+            where = address(host, port)
         wrapped = [sys.executable, "-m", "flashpoint.worker.launch", "--parent", str(os.getpid()), "--", *command]
         self._proc = await process.spawn(wrapped, full_env, cwd)
         self._task = asyncio.create_task(self._run(self._proc))
-        return [str(i) for i in ray.get_gpu_ids()]
+        return [str(i) for i in ray.get_gpu_ids()], where
 
     async def _run(self, proc: asyncio.subprocess.Process) -> None:
         self._code = await process.watch(proc, self._add)
@@ -392,7 +402,7 @@ class RayBackend:
             selector[GPU_MODEL_LABEL] = str(label)
         return selector
 
-    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> tuple[int, ...] | None:
+    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> Started:
         import ray
 
         if self._closed or not ray.is_initialized():  # Ray calls would start (or join) a Ray of their own
@@ -410,8 +420,8 @@ class RayBackend:
         self._starting.add(actor)
         self._none_starting.clear()
         try:
-            gpu_ids = await asyncio.wait_for(
-                actor.start.remote(list(launch.argv), dict(launch.env), launch.cwd, sys.executable),
+            gpu_ids, where_http = await asyncio.wait_for(
+                actor.start.remote(list(launch.argv), dict(launch.env), launch.cwd, sys.executable, launch.http),
                 self.ready_timeout_s,
             )
         except asyncio.TimeoutError:
@@ -436,7 +446,8 @@ class RayBackend:
             raise BackendError(f"worker {launch.worker_id}: the Ray backend is closed")
         self._actors[launch.worker_id] = actor
         self._pumps[launch.worker_id] = asyncio.create_task(self._pump(launch.worker_id, actor, on_line, on_exit))
-        return tuple(int(i) for i in gpu_ids) if all(i.isdigit() for i in gpu_ids) else None
+        ids = tuple(int(i) for i in gpu_ids) if all(i.isdigit() for i in gpu_ids) else None
+        return Started(device_ids=ids, address=where_http)
 
     async def _pump(self, worker_id: str, actor: Any, on_line: LineCallback, on_exit: ExitCallback) -> None:
         code = -1

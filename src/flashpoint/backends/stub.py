@@ -3,16 +3,20 @@
 The analogue of dramatiq's ``StubBroker``: a real implementation of the ``Backend`` protocol that keeps everything
 in memory. With it (and a ``FakeClock``) the control plane's rules run in-process in milliseconds: a test starts
 nothing, reads ``started``/``stopped``, makes a worker speak through the plane's verbs (``take``, ``done``,
-``ping``), and ends a worker with ``exit``.
+``ping``), and ends a worker with ``exit``. A route worker (``Launch.http``) gets an address (the next of
+``http_addresses``, else a made-up one), and its ``/ping`` answers what the test says (``answer``), heard through
+``probe``, which a test door gives the plane as its readiness probe.
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback
+from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback, Started
 from flashpoint.errors import BackendError
 from flashpoint.scheduler.inventory import Device, Fleet, Node
 
@@ -27,6 +31,11 @@ class StubWorker:
     running: bool = True
     #: the grace periods of the stops the plane asked for, in order
     stops: list[float] = field(default_factory=list)
+    #: a route worker's address, and what its ``/ping`` answers now (None: nothing listens yet)
+    address: str | None = None
+    ping: int | None = None
+    #: set when the test gives the worker's ``/ping`` an answer (or the worker exits): a waiting ``probe`` hears it
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class StubBackend:
@@ -49,6 +58,9 @@ class StubBackend:
         self.failures: list[BackendError] = []
         self._on_change: FleetCallback | None = None
         self.closed = False
+        #: the addresses the next route workers serve on, in order (a test's real HTTP servers); then made-up ones
+        self.http_addresses: deque[str] = deque()
+        self._by_address: dict[str, StubWorker] = {}
 
     # the Backend protocol
 
@@ -61,11 +73,15 @@ class StubBackend:
     def watch(self, on_change: FleetCallback) -> None:
         self._on_change = on_change
 
-    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> tuple[int, ...] | None:
+    async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> Started:
         if self.failures:
             raise self.failures.pop(0)
-        self.workers[launch.worker_id] = StubWorker(launch, on_line, on_exit)
-        return None
+        worker = self.workers[launch.worker_id] = StubWorker(launch, on_line, on_exit)
+        if not launch.http:
+            return Started()
+        worker.address = self.http_addresses.popleft() if self.http_addresses else f"{launch.worker_id}.stub:80"
+        self._by_address[worker.address] = worker
+        return Started(address=worker.address)
 
     async def stop(self, worker_id: str, grace_s: float) -> None:
         worker = self.workers.get(worker_id)
@@ -102,7 +118,26 @@ class StubBackend:
         worker = self.workers[worker_id]
         if worker.running:
             worker.running = False
+            worker.ping = None
+            worker.answered.set()
             worker.on_exit(worker_id, code)
+
+    def answer(self, worker_id: str, status: int | None) -> None:
+        """The route worker's ``/ping`` answers ``status`` from now on (200 ready, 204 initialising, None: not up)."""
+        worker = self.workers[worker_id]
+        worker.ping = status
+        worker.answered.set()
+
+    async def probe(self, address: str, timeout_s: float) -> int | None:
+        """The plane's readiness probe of a stub route worker: waits until the test gives its ``/ping`` an answer
+        (``answer``) or the worker exits, and returns that answer. A long-poll, so the plane's polling needs no
+        clock: each answer is heard once."""
+        worker = self._by_address.get(address)
+        if worker is None or not worker.running:
+            return None
+        await worker.answered.wait()
+        worker.answered.clear()
+        return worker.ping
 
     def line(self, worker_id: str, channel: str, text: str) -> None:
         """The worker prints ``text`` on ``channel`` ("stdout" or "stderr")."""

@@ -82,8 +82,16 @@ def serve(
     max_queued_mb: Annotated[
         float, typer.Option(help="Most MiB of input waiting in all queues; past it /run answers 429 queue_full.")
     ] = MAX_QUEUED_BYTES / _MIB,
+    route_wait_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a request to an HTTP-route endpoint waits for a ready worker (a cold start included) before "
+            "503 no_worker with the endpoint's explanation; as FLASHPOINT_ROUTE_WAIT_S (default 60)."
+        ),
+    ] = None,
 ) -> None:
-    """Serve the endpoints of APP: Runpod's /v2 API, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
+    """Serve the endpoints of APP: Runpod's /v2 API, HTTP-route endpoints under /NAME/, the native /v1 API and
+    /metrics, until SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     env = dict(os.environ)
     for name, value in (
@@ -114,6 +122,7 @@ def serve(
         max_result_bytes=int(max_result_mb * _MIB),
         max_queued_jobs=max_queued_jobs,
         max_queued_bytes=int(max_queued_mb * _MIB),
+        route_wait_s=route_wait_s,
     ).run()
 
 

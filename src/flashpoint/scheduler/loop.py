@@ -26,13 +26,15 @@ from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotF
 from flashpoint.explain import Explanation
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.optionnotes import host_option_notes
-from flashpoint.scheduler import planner, views, watchdog
+from flashpoint.scheduler import planner, readiness, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
 from flashpoint.scheduler.placement import NoFit, endpoint_notes, feasible_endpoint
+from flashpoint.scheduler.readiness import Probe
 from flashpoint.scheduler.records import EndpointState, Worker
+from flashpoint.scheduler.routeserving import not_a_queue_endpoint, oldest_held, same_but_routes
 from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
 from flashpoint.spec import EndpointSpec, WorkerTarget, options_of
 from flashpoint.store.base import JobStore
@@ -47,7 +49,7 @@ MAX_JOB_LOG_LINES = 1000
 
 
 class ControlPlane(WorkerSupervision):
-    """Owns queues, workers and the fleet ledger; serves the worker protocol's verbs."""
+    """Owns queues, workers and the fleet ledger; serves the worker protocol's verbs and the route proxy's."""
 
     def __init__(
         self,
@@ -70,7 +72,12 @@ class ControlPlane(WorkerSupervision):
         max_queued_jobs: int = MAX_QUEUED_JOBS,
         max_queued_bytes: int = MAX_QUEUED_BYTES,
         base_url: str = "",
+        probe: Probe = readiness.ping,
+        route_ready_timeout_s: float = readiness.READY_TIMEOUT_S,
+        route_poll_s: tuple[float, float] = (readiness.FIRST_DELAY_S, readiness.MAX_DELAY_S),
     ) -> None:
+        """``probe`` asks a route worker's ``/ping`` (a test door's is scripted); route workers have
+        ``route_ready_timeout_s`` to answer 200, asked after pauses growing from ``route_poll_s[0]`` to ``[1]``."""
         self.store = store
         self.clock = clock
         #: never handed out: each worker gets its own credential derived from it (``worker_credential``)
@@ -104,8 +111,10 @@ class ControlPlane(WorkerSupervision):
             on_line=self._on_line,
             on_exit=self._on_exit,
             on_not_ready=self._on_not_ready,
+            on_serving=self._watch_ready,
             node_of=self.index.nodes.node,
         )
+        self._init_routes(probe, route_ready_timeout_s, route_poll_s)
         #: endpoints the last reconcile left waiting for something
         self._waiting: set[str] = set()
         #: devices passed over until a monotonic time, because a worker placed on them never came up
@@ -170,6 +179,7 @@ class ControlPlane(WorkerSupervision):
             self._tick_task.cancel()
         for ep in self.endpoints.values():
             self._release_takers(ep, None)
+        await self._close_routes()
         for worker in list(self.workers.values()):
             for job_id in list(worker.jobs):  # async handlers are cancelled through job-stop before SIGTERM
                 job = self.store.get(job_id)
@@ -225,8 +235,11 @@ class ControlPlane(WorkerSupervision):
         """Add an endpoint; ``code_file`` holds its pickled code when ``target`` names no import path or command."""
         existing = self.endpoints.get(spec.name)
         if existing is not None:
-            # the functions and classes of one name differ in kind and methods only (spec.options_of)
-            if options_of(existing.spec) != options_of(spec):
+            # the functions and classes of one name differ in kind and methods only (spec.options_of); a route
+            # endpoint's routes may grow as they are declared: the workers started from then on serve them all
+            if same_but_routes(existing.spec, spec):
+                existing.spec = spec
+            elif options_of(existing.spec) != options_of(spec):
                 raise InvalidEndpointError(
                     f"endpoint {spec.name!r} is already registered with other options; declare every function or "
                     "class of one endpoint with the same options, or give each endpoint its own name"
@@ -244,6 +257,8 @@ class ControlPlane(WorkerSupervision):
         if ep.never is not None:
             log.warning(self._never_message(spec, ep.never))
         self.endpoints[spec.name] = ep
+        if spec.serves_routes:
+            self.routed[spec.name] = ep
         self.kick()
 
     def fleet_summary(self, spec: EndpointSpec | None = None) -> str:
@@ -287,6 +302,8 @@ class ControlPlane(WorkerSupervision):
     ) -> Job:
         """Queue a job; ``size`` is its input's size in bytes when known (HTTP), for the queue's byte cap."""
         ep = self.endpoint(endpoint)
+        if ep.spec.serves_routes:
+            raise not_a_queue_endpoint(endpoint)
         job = self.book.create(ep, payload, extra, execution_timeout_ms=execution_timeout_ms, ttl_ms=ttl_ms, size=size)
         self._enqueue(ep, job, front=False)
         return job
@@ -353,9 +370,11 @@ class ControlPlane(WorkerSupervision):
         recovered = 0
         for job in list(self.store.unfinished()):
             ep = self.endpoints.get(job.endpoint)
-            if ep is None:
+            if ep is None or ep.spec.serves_routes:
                 log.warning(
-                    "job %s belongs to endpoint %r, which this app does not define; left as it is", job.id, job.endpoint
+                    "job %s belongs to endpoint %r, which this app does not define as a queue endpoint; left as it is",
+                    job.id,
+                    job.endpoint,
                 )
                 continue
             if job.status is JobStatus.IN_PROGRESS:
@@ -399,7 +418,11 @@ class ControlPlane(WorkerSupervision):
 
     def plan(self) -> planner.Plan:
         """What reconcile would do now, without doing it: the reads' view of the scaler."""
-        oldest = {n: t for n, ep in self.endpoints.items() if ep.queued and (t := self.book.oldest(ep)) is not None}
+        oldest = {
+            n: t
+            for n, ep in self.endpoints.items()
+            if ep.queued and (t := oldest_held(ep) if ep.spec.serves_routes else self.book.oldest(ep)) is not None
+        }
         return planner.plan(
             self.endpoints,
             self.index,

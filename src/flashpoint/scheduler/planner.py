@@ -57,11 +57,12 @@ def desired(ep: EndpointState, live: Sequence[Worker], wall: float, oldest: floa
 
     ``REQUEST_COUNT`` wants ``ceil((queued + running) / scaler_value)``. ``QUEUE_DELAY`` starts the first worker at
     once, and one more when the oldest queued job (queued at wall time ``oldest``) has waited ``scaler_value``
-    seconds and no worker is idle or starting. ``live`` are the endpoint's live workers.
+    seconds and no worker is idle or starting. ``live`` are the endpoint's live workers. For a route endpoint,
+    queued means requests held for a worker and running means requests in flight.
     """
     spec = ep.spec
     if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
-        running = sum(len(w.jobs) for w in live)
+        running = sum(len(w.jobs) for w in live) + ep.in_flight
         want = math.ceil((ep.queued + running) / spec.scaler_value)
     else:
         want = len(live)
@@ -76,12 +77,13 @@ def desired(ep: EndpointState, live: Sequence[Worker], wall: float, oldest: floa
 
 
 def yieldable(worker: Worker, ep: EndpointState, live: int) -> bool:
-    """An idle worker may give its devices to another endpoint: ready, no job, its endpoint has nothing queued and
-    runs more than its minimum of workers (``live`` of them)."""
+    """An idle worker may give its devices to another endpoint: ready, no job (no request in flight), its endpoint has
+    nothing queued (no request held) and runs more than its minimum of workers (``live`` of them)."""
     return (
         worker.state is WorkerState.IDLE
         and worker.live
         and not worker.jobs
+        and not worker.in_flight
         and ep.queued == 0
         and live > ep.spec.workers_min
     )
@@ -227,7 +229,9 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
         return tuple(waiting)
     running = [w for w in p.live_of[name] if w.id not in p.reclaimed]
     starting = new > 0 or any(w.state is WorkerState.STARTING for w in running)
-    busy = all(w.jobs or w.state is WorkerState.STARTING for w in running) and any(w.jobs for w in running)
+    busy = all(w.jobs or w.in_flight or w.state is WorkerState.STARTING for w in running) and any(
+        w.jobs or w.in_flight for w in running
+    )
     if live + new >= spec.workers_max and busy:
         return (
             WaitReason(
@@ -238,7 +242,7 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
         )
     if starting:
         return (WaitReason(asks, Code.WORKER_STARTING, "a worker is starting"),)
-    if running and all(w.jobs for w in running):
+    if running and all(w.jobs or w.in_flight for w in running):
         unit = "s of queueing" if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY else " jobs per worker"
         return (
             WaitReason(
@@ -264,6 +268,7 @@ def idle_stops(ep: EndpointState, now: float) -> list[Worker]:
         if (
             worker.state is WorkerState.IDLE
             and not worker.jobs
+            and not worker.in_flight
             and not ep.queued
             and now - worker.idle_since >= ep.spec.idle_timeout_s
         ):

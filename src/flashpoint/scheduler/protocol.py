@@ -50,7 +50,7 @@ class WorkerProtocol(ABC):
     # the verbs
 
     def _worker(self, endpoint: str, worker_id: str, *, exchange: bool = True) -> Worker | None:
-        """The worker a request names (None if unknown); its first request makes a starting worker ready.
+        """The worker a request names (None if unknown); its first request makes a starting (queue) worker ready.
         ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not)."""
         worker = self.workers.get(worker_id)
         if worker is None or worker.endpoint != endpoint:
@@ -59,10 +59,12 @@ class WorkerProtocol(ABC):
         if exchange:
             worker.last_exchange = now
         if worker.state is WorkerState.STARTING:
+            ep = self.endpoints[endpoint]
+            if ep.spec.serves_routes:  # a route worker is ready when its /ping says so (routeserving), not before
+                return worker
             worker.state = WorkerState.IDLE
             worker.ever_ready = True
             worker.idle_since = now
-            ep = self.endpoints[endpoint]
             ep.start_failures = ep.start_losses = 0
         return worker
 

@@ -18,7 +18,8 @@ from flashpoint.spec import EndpointSpec, WorkerTarget
 
 
 class WorkerState(str, Enum):
-    """A worker's life: STARTING until its first pull, then IDLE/RUNNING, STOPPING once asked to exit."""
+    """A worker's life: STARTING until its first pull (a route worker: until its ``/ping`` answers 200), then
+    IDLE/RUNNING (running jobs, or serving requests), STOPPING once asked to exit."""
 
     STARTING = "STARTING"
     IDLE = "IDLE"
@@ -57,6 +58,10 @@ class Worker:
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
     #: jobs it holds that its pings stopped naming, with when that began (the watchdog's evidence)
     unnamed: dict[str, float] = field(default_factory=dict)
+    #: where a route worker serves HTTP (``host:port``), once its backend started it; None for a queue worker
+    address: str | None = None
+    #: requests the server's proxy has handed a route worker and not yet seen answered
+    in_flight: int = 0
 
     @property
     def live(self) -> bool:
@@ -88,11 +93,15 @@ class Worker:
             "jobs": sorted(self.jobs),
             "retiring": self.retiring,
             "placement": self.placement().to_json(),
+            "address": self.address,
+            "inFlight": self.in_flight,
         }
 
 
 #: a worker in a job-take long-poll: (worker id, how many jobs it takes, the future its request awaits)
 Taker = tuple[str, int, "asyncio.Future[list[Job]]"]
+#: a request held for a route worker: (wall time it arrived, the future that gets its worker, or None: given up)
+Held = tuple[float, "asyncio.Future[Worker | None]"]
 
 
 @dataclass(slots=True, eq=False)
@@ -103,8 +112,15 @@ class EndpointState:
     registered_at: float
     #: job ids in queue order; a cancelled id stays until it is reached (then skipped), so cancel is O(1)
     queue: deque[str] = field(default_factory=deque)
-    #: how many ids in ``queue`` are still IN_QUEUE
+    #: the demand no worker has taken yet: how many ids in ``queue`` are still IN_QUEUE (a queue endpoint), or how
+    #: many requests are held for a worker (a route endpoint: it has no jobs), so scaling, idle stops and
+    #: explanations read both alike
     queued: int = 0
+    #: a route endpoint's requests waiting for a ready worker, oldest first; a request that gave up stays until it
+    #: reaches the front (its future is done), as cancelled jobs do in ``queue``
+    held: deque[Held] = field(default_factory=deque)
+    #: a route endpoint's requests handed to its workers and not yet answered (the REQUEST_COUNT scaler's load)
+    in_flight: int = 0
     takers: deque[Taker] = field(default_factory=deque)
     workers: dict[str, Worker] = field(default_factory=dict)
     #: why the last reconcile could not give this endpoint the workers it wants

@@ -32,6 +32,7 @@ from flashpoint.scheduler.inventory import Device, Holder, Node
 from flashpoint.scheduler.placement import CpuFit, Fit
 from flashpoint.scheduler.protocol import WorkerProtocol
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
+from flashpoint.scheduler.routeserving import RouteServing
 from flashpoint.scheduler.waiters import wake
 
 log = logging.getLogger("flashpoint.plane")
@@ -79,6 +80,7 @@ class Supervisor:
         on_line: LineCallback,
         on_exit: Callable[[str, int, bool | None], None],
         on_not_ready: Callable[[Worker, NotReadyError], None],
+        on_serving: Callable[[Worker], None] = lambda worker: None,
         node_of: Callable[[str], Node | None] = lambda name: None,
     ) -> None:
         self.backend = backend
@@ -94,6 +96,8 @@ class Supervisor:
         self._on_line = on_line
         self._on_exit = on_exit
         self._on_not_ready = on_not_ready
+        #: a route worker was started and told its address: the plane polls its readiness from now on
+        self._on_serving = on_serving
         #: pickled code per endpoint, for targets with neither an import path nor a command
         self.code_files: dict[str, str] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -111,9 +115,13 @@ class Supervisor:
             node=worker.node,
             cpus=len(cpu.cores) if cpu is not None else 0,
             memory_mb=cpu.memory_mb if cpu is not None else 0,
+            http=ep.spec.serves_routes,
         )
 
     def argv(self, ep: EndpointState) -> list[str]:
+        """The worker's command: the target's own command (through the launcher), or flashpoint's worker importing
+        the endpoint's code by path or loading its code file; a route endpoint's worker serves its routes over HTTP
+        (``--routes``) instead of pulling jobs."""
         target = ep.target
         if target.command is not None:
             command = list(target.command)
@@ -122,12 +130,13 @@ class Supervisor:
             # the launcher pins the command to its cores, mounts its volume and (with a parent) ties it to the plane
             parent = [] if self.parent_pid is None else ["--parent", str(self.parent_pid)]
             return [self.python, "-m", "flashpoint.worker.launch", *parent, "--", *command]
+        mode = ["--routes"] if ep.spec.serves_routes else []
         if target.import_path is not None:
-            return [self.python, "-m", "flashpoint.worker", "--import", target.import_path]
+            return [self.python, "-m", "flashpoint.worker", *mode, "--import", target.import_path]
         path = self.code_files.get(ep.spec.name)
         if path is None:
             raise BackendError(f"endpoint {ep.spec.name!r} has no code file; register it with a target")
-        return [self.python, "-m", "flashpoint.worker", "--pickle", path]
+        return [self.python, "-m", "flashpoint.worker", *mode, "--pickle", path]
 
     def env(self, ep: EndpointState, worker: Worker) -> dict[str, str]:
         name = ep.spec.name
@@ -173,12 +182,20 @@ class Supervisor:
     async def _start(self, worker: Worker, launch: Launch) -> None:
         on_exit: ExitCallback = lambda worker_id, code: self._on_exit(worker_id, code, None)  # noqa: E731
         try:
-            worker.device_ids = await self.backend.start(launch, self._on_line, on_exit)
+            started = await self.backend.start(launch, self._on_line, on_exit)
+            if launch.http and started.address is None:
+                raise BackendError(f"the {self.backend.name} backend gave route worker {worker.id} no address")
         except NotReadyError as exc:
             self._on_not_ready(worker, exc)
+            return
         except BackendError as exc:
             worker.stderr_tail.append(str(exc))
             self._on_exit(worker.id, -1, True)
+            return
+        worker.device_ids = started.device_ids
+        worker.address = started.address
+        if launch.http:
+            self._on_serving(worker)
 
     def stop(self, worker_id: str, grace_s: float) -> None:
         """Ask the worker to exit (SIGTERM), and force it after ``grace_s``; its exit is reported as any other."""
@@ -211,9 +228,10 @@ class Supervisor:
             await asyncio.wait(list(self._tasks), timeout=10.0)
 
 
-class WorkerSupervision(WorkerProtocol):
-    """The plane's side of a worker's life; ``ControlPlane`` owns the state it reads and writes. It builds on the
-    protocol's verbs (a stopping worker's long-polls are answered through them)."""
+class WorkerSupervision(WorkerProtocol, RouteServing):
+    """The plane's side of a worker's life; ``ControlPlane`` owns the state it reads and writes. It builds on both
+    ways work reaches a worker: the protocol's verbs (a stopping worker's long-polls are answered through them) and
+    the route proxy's (a route worker's readiness, and its held requests when no worker can start)."""
 
     index: FleetIndex
     supervisor: Supervisor
@@ -353,7 +371,7 @@ class WorkerSupervision(WorkerProtocol):
         ep.last_start_error = "\n".join(worker.stderr_tail)[-2000:] or f"exit code {code}"
         ep.next_start_at = self.clock.monotonic() + failed_start_delay(ep.start_failures)
         log.error(
-            "worker %s of %s exited with code %s before taking a job (attempt %d of %d):\n%s",
+            "worker %s of %s failed (code %s) before it was ready (attempt %d of %d):\n%s",
             worker.id,
             ep.spec.name,
             code,
@@ -371,6 +389,7 @@ class WorkerSupervision(WorkerProtocol):
                 self.book.count(ep, job, -1)
                 self._finish(job, JobStatus.FAILED, Reason.WORKER_START_FAILED, error)
             ep.queue.clear()
+            self._give_up_held(ep)  # a route endpoint's held requests are answered now, with the explanation
 
     def _start_lost(self, ep: EndpointState, worker: Worker, code: int) -> None:
         """A starting worker killed from outside: not its handler's fault, so no failed start is counted and the

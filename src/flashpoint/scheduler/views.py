@@ -53,6 +53,8 @@ def explain(
         summary = never_summary(ep.never)
     elif not ep.queued and job is None:
         summary = f"nothing queued; {len(ep.workers)} worker(s)"
+        if ep.spec.serves_routes:  # held requests stand where queued jobs do
+            summary = f"no request waiting; {len(ep.workers)} worker(s), {ep.in_flight} request(s) in flight"
     elif reasons:
         summary = "waiting: " + "; ".join(sorted({r.code.value for r in reasons}))
     else:
@@ -85,7 +87,12 @@ def never_message(spec: EndpointSpec, nofit: NoFit, index: FleetIndex) -> str:
     count = f"{spec.gpu_count} x " if spec.gpu_count > 1 else ""
     head = (
         f"endpoint {spec.name!r} asks for {count}{spec.describe_gpu()}, which no node of this fleet can ever "
-        f"provide ({'; '.join(r.detail for r in nofit.reasons)}). Its jobs will wait IN_QUEUE until "
+        f"provide ({'; '.join(r.detail for r in nofit.reasons)}). "
+        + (
+            "Its requests are answered 503 no_worker until "
+            if spec.serves_routes
+            else "Its jobs will wait IN_QUEUE until "
+        )
     )
     if not spec.uses_gpu:
         return f"{head}such a node joins. The nodes: {nodes_summary(index.nodes.nodes)}."
@@ -109,7 +116,7 @@ def health(ep: EndpointState) -> dict[str, Any]:
         "jobs": {
             "completed": ep.counters["completed"],
             "failed": ep.counters["failed"],
-            "inProgress": sum(len(w.jobs) for w in ep.workers.values()),
+            "inProgress": sum(len(w.jobs) for w in ep.workers.values()) + ep.in_flight,
             "inQueue": ep.queued,
             "retried": ep.counters["retried"],
         },
@@ -185,6 +192,9 @@ def endpoint_row(ep: EndpointState, explanation: Explanation) -> dict[str, Any]:
         "workers": [w.to_json() for w in ep.workers.values()],
         "counters": dict(ep.counters),
         "explanation": explanation.to_json(),
+        "kind": spec.kind,
+        "routes": [{"method": r.method, "path": r.path} for r in spec.routes],
+        "inFlight": ep.in_flight,
     }
 
 
@@ -193,9 +203,12 @@ class EndpointGauges:
     """What the metrics scrape reads of one endpoint."""
 
     name: str
+    #: jobs IN_QUEUE (a route endpoint: requests held for a worker)
     queued: int
+    #: jobs IN_PROGRESS (a route endpoint: requests in flight)
     running: int
     workers: dict[str, int]
+    routes: bool = False
 
 
 def gauges(endpoints: Iterable[EndpointState]) -> list[EndpointGauges]:
@@ -204,5 +217,6 @@ def gauges(endpoints: Iterable[EndpointState]) -> list[EndpointGauges]:
         states = {state.value: 0 for state in WorkerState}
         for worker in ep.workers.values():
             states[worker.state.value] += 1
-        rows.append(EndpointGauges(ep.spec.name, ep.queued, sum(len(w.jobs) for w in ep.workers.values()), states))
+        running = sum(len(w.jobs) for w in ep.workers.values()) + ep.in_flight
+        rows.append(EndpointGauges(ep.spec.name, ep.queued, running, states, ep.spec.serves_routes))
     return rows

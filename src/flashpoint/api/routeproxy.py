@@ -1,0 +1,396 @@
+"""The server's proxy to HTTP-route endpoints: ``METHOD /{endpoint}/{path}`` goes to a ready worker of that endpoint.
+
+Edge module: aiohttp (the client: it measured 4-5x less time per proxied request than httpx's streaming client here)
+and Starlette's request types; it reaches the plane through its route verbs only (``take_route_worker``,
+``hold_route_worker``, ``release_route_worker``, ``routed``).
+
+One request, in order: the server's API key (401; the key is never forwarded), the body, read whole up to the server's
+limit (413 ``payload_too_large`` before anything is forwarded), a worker (the one with the fewest requests in flight;
+with none ready, the request is held, which is demand: a worker starts, up to the wait bound, then 503 ``no_worker``
+with the endpoint's explanation; an endpoint that can never run on this fleet answers 503 at once), the exchange with
+the worker (method, path below the endpoint's name, query, body and headers, less hop-by-hop ones and the server's
+``Authorization``, plus ``X-Forwarded-*``), and the answer streamed back as it arrives (every chunk is sent on when
+read: a chunked or SSE answer is never buffered). A worker that fails before its answer began is 502 ``worker_lost``
+(504 ``worker_timeout`` past the read deadline); after, the client's connection is closed mid-answer, since a status
+already sent cannot change. The plane learns of a lost worker by its exit, as for any worker.
+
+Deadlines: connecting to a worker ``CONNECT_TIMEOUT_S``; each read from it (its answer's head, then every gap between
+two chunks) the endpoint's ``execution_timeout_ms``, or ``READ_TIMEOUT_S`` when it has none. The client's own reads are
+the server's (``api/transport.py``). One pooled aiohttp session per server keeps connections to workers alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from starlette.requests import ClientDisconnect
+from starlette.types import Message, Receive, Scope, Send
+from yarl import URL
+
+from flashpoint import codec
+from flashpoint.api.workers import key_matches
+from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.records import EndpointState, Worker
+from flashpoint.spec import ROUTE_METHODS, RouteSpec
+
+if TYPE_CHECKING:
+    from flashpoint.api.metrics import RouteMetrics
+
+log = logging.getLogger("flashpoint.api")
+
+#: seconds to connect to a worker (a refused connection fails at once; this bounds a node that drops packets)
+CONNECT_TIMEOUT_S = 10.0
+#: seconds a worker may take for its answer's head, and between two chunks, when its endpoint sets no
+#: execution_timeout_ms
+READ_TIMEOUT_S = 600.0
+#: hop-by-hop headers (RFC 9110 7.6.1): they belong to one connection and are never forwarded either way
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection", b"te",
+     b"trailer", b"transfer-encoding", b"upgrade"}
+)  # fmt: skip
+#: request headers not forwarded: hop-by-hop ones, the server's key, and what the proxy sets itself (the worker's host,
+#: the body's length; ``expect``: the body was read already)
+_DROP_REQUEST = HOP_BY_HOP | {b"authorization", b"host", b"content-length", b"expect"}
+#: answer headers not passed back: hop-by-hop ones, and what the server sets itself
+_DROP_RESPONSE = HOP_BY_HOP | {b"date", b"server"}
+#: methods that label metrics as themselves (anything else is "other")
+_METHODS = frozenset({*ROUTE_METHODS, "HEAD", "OPTIONS"})
+#: the route label of a request that matches no declared route (bounds the metrics' label values)
+OTHER = "other"
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def route_pattern(path: str) -> re.Pattern[str]:
+    """A route template as a regular expression: ``{name}`` (and ``{name:int}``...) is one path segment,
+    ``{name:path}`` the rest of the path (Starlette's converters, which Flash's FastAPI routes use)."""
+    parts: list[str] = []
+    last = 0
+    for match in re.finditer(r"{([^{}:]+)(?::([^{}]+))?}", path):
+        parts.append(re.escape(path[last : match.start()]))
+        parts.append(".*" if match.group(2) == "path" else "[^/]+")
+        last = match.end()
+    parts.append(re.escape(path[last:]))
+    return re.compile("".join(parts))
+
+
+def route_matcher(routes: Sequence[RouteSpec]) -> Callable[[str, str], str]:
+    """``match(method, path)``: the declared template a request matches (the first, in declaration order), else
+    ``"other"``; the metrics' route label."""
+    compiled = [(route.method, route_pattern(route.path), route.path) for route in routes]
+
+    def match(method: str, path: str) -> str:
+        for wanted, pattern, template in compiled:
+            if wanted == method and pattern.fullmatch(path):
+                return template
+        return OTHER
+
+    return match
+
+
+def _error(code: str, message: str, status: int, **details: Any) -> tuple[int, bytes]:
+    return status, codec.json_bytes({"error": message, "code": code, "message": message, **details})
+
+
+async def _answer(send: Send, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    """Return once the client hangs up (the request's body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class RouteProxy:
+    """Forwards requests under ``/{endpoint}/`` to the workers of route endpoints; one per server."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        api_keys: tuple[str, ...],
+        *,
+        max_body_bytes: int,
+        wait_s: float,
+        metrics: RouteMetrics | None = None,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        read_timeout_s: float = READ_TIMEOUT_S,
+    ) -> None:
+        self.plane = plane
+        self.api_keys = api_keys
+        self.max_body_bytes = max_body_bytes
+        #: how long a request waits for a ready worker before it is answered 503 with the explanation
+        self.wait_s = wait_s
+        self.metrics = metrics
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+        #: per endpoint: its routes (to see when they change) and their matcher
+        self._matchers: dict[str, tuple[tuple[RouteSpec, ...], Callable[[str, str], str]]] = {}
+        self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
+
+    def endpoint_of(self, path: str) -> EndpointState | None:
+        """The route endpoint a request path names (its first segment), or None."""
+        end = path.find("/", 1)
+        return self.plane.routed.get(path[1:end] if end > 0 else path[1:])
+
+    def _open(self) -> aiohttp.ClientSession:
+        # made on the serving loop, at the first request; no cookie jar (a worker's cookie is its client's, never the
+        # next request's), no decompression (bytes pass as they are), no headers the client did not send
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+            trust_env=False,
+        )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the pooled connections to workers (at server shutdown)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # one request
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ep = self.endpoint_of(scope["path"])
+        if ep is None:  # served only for paths endpoint_of names; a stale one (never happens) gets a JSON 404
+            status, body = _error("not_found", f"no route endpoint at {scope['path']}", 404)
+            await _answer(send, status, body)
+            return
+        await self.serve(ep, scope, receive, send)
+
+    async def serve(self, ep: EndpointState, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one request under ``/{ep}/``, and count it in the route metrics."""
+        began = time.perf_counter()
+        status = 0
+        try:
+            status = await self._serve(ep, scope, receive, send)
+        finally:
+            if self.metrics is not None:
+                self._observe(ep, scope, status, time.perf_counter() - began)
+
+    def _observe(self, ep: EndpointState, scope: Scope, status: int, seconds: float) -> None:
+        assert self.metrics is not None
+        name = ep.spec.name
+        known = self._matchers.get(name)
+        if known is None or known[0] is not ep.spec.routes:
+            known = self._matchers[name] = (ep.spec.routes, route_matcher(ep.spec.routes))
+        method = scope["method"]
+        path = scope["path"]
+        end = path.find("/", 1)
+        route = known[1](method, path[end:] if end > 0 else "/")
+        self.metrics.observe(name, method if method in _METHODS else OTHER, route, status, seconds)
+
+    async def _serve(self, ep: EndpointState, scope: Scope, receive: Receive, send: Send) -> int:
+        """The status answered (0: the connection was closed mid-answer)."""
+        forwarded: list[tuple[str, str]] = []
+        auth = length = host = None
+        for name, value in scope["headers"]:
+            if name in _DROP_REQUEST:
+                if name == b"authorization":
+                    auth = value
+                elif name == b"content-length":
+                    length = value
+                elif name == b"host":
+                    host = value
+                continue
+            forwarded.append((name.decode("latin-1"), value.decode("latin-1")))
+        if self.api_keys and not key_matches(auth.decode("latin-1") if auth else None, self.api_keys):
+            status, body = _error("unauthorized", "send the API key as Authorization: Bearer KEY", 401)
+            await _answer(send, status, body, [(b"www-authenticate", b"Bearer")])
+            return status
+        try:
+            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+                raise _TooLarge
+            content = await self._read_body(receive)
+        except _TooLarge:
+            message = (
+                f"request body is larger than the limit of {self.max_body_bytes} bytes; send less, or raise "
+                "--max-body-mb"
+            )
+            status, body = _error("payload_too_large", message, 413)
+            await _answer(send, status, body)
+            return status
+        worker = self.plane.take_route_worker(ep)
+        if worker is None:
+            worker = await self._hold(ep, receive)
+            if worker is None:
+                status, body = self._no_worker(ep)
+                await _answer(send, status, body)
+                return status
+        client = scope.get("client")
+        forwarded.append(("X-Forwarded-For", client[0] if client else ""))
+        forwarded.append(("X-Forwarded-Proto", scope.get("scheme", "http")))
+        forwarded.append(("X-Forwarded-Prefix", "/" + ep.spec.name))
+        if host is not None:
+            forwarded.append(("X-Forwarded-Host", host.decode("latin-1")))
+        try:
+            return await self._forward(ep, worker, scope, receive, send, forwarded, content)
+        finally:
+            self.plane.release_route_worker(ep, worker)
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        """The whole request body, refused past the limit while it streams in (nothing is forwarded before it is
+        whole); None when empty."""
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        body: bytes = message.get("body", b"")
+        if message.get("more_body"):
+            chunks = [body]
+            seen = len(body)
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect
+                chunk = message.get("body", b"")
+                seen += len(chunk)
+                if seen > self.max_body_bytes:
+                    raise _TooLarge
+                chunks.append(chunk)
+                if not message.get("more_body"):
+                    break
+            body = b"".join(chunks)
+        if len(body) > self.max_body_bytes:
+            raise _TooLarge
+        return body or None
+
+    async def _hold(self, ep: EndpointState, receive: Receive) -> Worker | None:
+        """No worker is ready: wait for one (scale from zero) unless the endpoint can never run; a client that hangs
+        up meanwhile stops waiting."""
+        if ep.never is not None:
+            return None
+        held = asyncio.ensure_future(self.plane.hold_route_worker(ep, self.wait_s))
+        gone = asyncio.ensure_future(_until_disconnect(receive))
+        try:
+            await asyncio.wait((held, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not held.done():
+            held.cancel()
+            await asyncio.gather(held, return_exceptions=True)
+            raise ClientDisconnect
+        return held.result()
+
+    def _no_worker(self, ep: EndpointState) -> tuple[int, bytes]:
+        explanation = self.plane.explain_endpoint(ep.spec.name)
+        if explanation.never:
+            message = f"endpoint {ep.spec.name!r} {explanation.summary}"
+        else:
+            message = (
+                f"no worker of endpoint {ep.spec.name!r} was ready within {self.wait_s:g}s ({explanation.summary}); "
+                "retry later, or see `flashpoint explain`"
+            )
+        return _error("no_worker", message, 503, explanation=explanation.to_json())
+
+    def _timeout(self, ep: EndpointState) -> aiohttp.ClientTimeout:
+        timeout = self._timeouts.get(ep.spec.name)
+        if timeout is None:
+            read = ep.spec.execution_timeout_ms / 1000 or self.read_timeout_s
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=read)
+            self._timeouts[ep.spec.name] = timeout
+        return timeout
+
+    async def _forward(
+        self,
+        ep: EndpointState,
+        worker: Worker,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: list[tuple[str, str]],
+        content: bytes | None,
+    ) -> int:
+        raw = scope.get("raw_path") or scope["path"].encode()
+        cut = raw.find(b"/", 1)  # the path below the endpoint's name, as the client encoded it
+        target = raw[cut:].decode("latin-1") if cut > 0 else "/"
+        query = scope["query_string"]
+        url = (
+            f"http://{worker.address}{target}?{query.decode('latin-1')}"
+            if query
+            else f"http://{worker.address}{target}"
+        )
+        session = self._session or self._open()
+        started = False
+        try:
+            response = await session.request(
+                scope["method"],
+                URL(url, encoded=True),
+                data=content,
+                headers=headers,
+                allow_redirects=False,
+                timeout=self._timeout(ep),
+            )
+            try:
+                status = response.status
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": status,
+                        "headers": [(n, v) for n, v in response.raw_headers if n.lower() not in _DROP_RESPONSE],
+                    }
+                )
+                started = True
+                if response.content_length is None and scope["method"] != "HEAD":
+                    await self._stream_watching(response, receive, send)  # chunked, SSE: may go on for long
+                else:
+                    await _pump(response, send)
+            finally:
+                response.release()
+            return status
+        except asyncio.TimeoutError:
+            what = f"worker {worker.id} of {ep.spec.name!r} did not answer within {self._timeout(ep).sock_read}s"
+            return await self._failed(send, started, "worker_timeout", what, 504)
+        except (aiohttp.ClientError, OSError) as exc:
+            what = f"worker {worker.id} of {ep.spec.name!r} at {worker.address} was lost mid-request ({exc!r})"
+            return await self._failed(send, started, "worker_lost", what, 502)
+
+    async def _stream_watching(self, response: aiohttp.ClientResponse, receive: Receive, send: Send) -> None:
+        """Pump an answer of unknown length while watching the client: one that hangs up ends the exchange (and the
+        worker sees its connection close), rather than leaving an endless stream running for nobody."""
+        pump = asyncio.ensure_future(_pump(response, send))
+        gone = asyncio.ensure_future(_until_disconnect(receive))
+        try:
+            await asyncio.wait((pump, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not pump.done():
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
+        if not pump.cancelled():
+            pump.result()  # its error, if any
+
+    async def _failed(self, send: Send, started: bool, code: str, what: str, status: int) -> int:
+        if started:  # the status is sent: the client sees the connection close before the answer's end
+            log.warning("%s; closing the client's connection mid-answer", what)
+            return 0
+        log.warning("%s; answering %d", what, status)
+        status, body = _error(code, what, status)
+        await _answer(send, status, body)
+        return status
+
+
+async def _pump(response: aiohttp.ClientResponse, send: Send) -> None:
+    """Send the worker's answer on chunk by chunk as it arrives; the last one read ends the answer."""
+    stream = response.content
+    async for chunk in stream.iter_any():
+        more = not stream.at_eof()
+        message: Message = {"type": "http.response.body", "body": chunk, "more_body": more}
+        await send(message)
+        if not more:
+            return
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

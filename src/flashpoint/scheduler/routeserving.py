@@ -1,0 +1,255 @@
+"""HTTP-route endpoints on the plane: which worker takes a request, requests held until a worker is ready, and when
+a route worker is ready.
+
+``RouteServing`` is a base of ``ControlPlane``, like ``WorkerProtocol``: the route side of the same state machine. A
+route worker is placed, scaled, stopped and explained as any worker; what differs is only how work reaches it (the
+server's proxy forwards HTTP requests to its address instead of the worker pulling jobs) and how it says it is ready
+(its ``GET /ping`` answers 200; the plane polls it, see ``readiness``). So the records carry the route side in the
+fields the planner already reads: a request held for a worker counts in ``ep.queued`` (a route endpoint has no jobs),
+a worker serving requests is RUNNING, one serving none IDLE; ``ep.in_flight`` is the REQUEST_COUNT scaler's load.
+
+Invariants: a request is handed to a ready, live worker only (never a starting or stopping one), to the one with the
+fewest requests in flight (``least_in_flight``); every request handed out is released exactly once, so the in-flight
+counts are exact; a held request is answered once: with a worker, or with None (its wait ended, or every start
+failed), and ``ep.queued`` counts it until then; polling costs queue endpoints nothing (only route workers are polled,
+and only while they start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+from flashpoint.clock import Clock
+from flashpoint.errors import BadInputError
+from flashpoint.scheduler import readiness
+from flashpoint.scheduler.readiness import Probe, Verdict
+from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
+from flashpoint.spec import EndpointSpec, ServerlessScalerType
+
+log = logging.getLogger("flashpoint.plane")
+
+_IDLE, _RUNNING = WorkerState.IDLE, WorkerState.RUNNING
+
+
+def least_in_flight(workers: Iterable[Worker]) -> Worker | None:
+    """The worker a request goes to: of the ready, live ones (IDLE or RUNNING, not retiring), the one with the fewest
+    requests in flight; on a tie the first given (an endpoint's workers are given in start order, so the oldest: load
+    gathers on old workers and the newest go idle first, which is what scale-down stops). None: no worker is ready."""
+    best: Worker | None = None
+    for worker in workers:
+        state = worker.state
+        if (state is _IDLE or state is _RUNNING) and not worker.retiring:
+            if best is None or worker.in_flight < best.in_flight:
+                best = worker
+                if not worker.in_flight:
+                    break  # nobody has fewer than none
+    return best
+
+
+def same_but_routes(old: EndpointSpec, new: EndpointSpec) -> bool:
+    """Two declarations of one route endpoint that differ in their routes only (more were declared since)."""
+    return (
+        old.serves_routes
+        and new.serves_routes
+        and dataclasses.replace(old, routes=()) == dataclasses.replace(new, routes=())
+    )
+
+
+def not_a_queue_endpoint(name: str) -> BadInputError:
+    """What submitting a job to a route endpoint raises (its workers pull no jobs)."""
+    return BadInputError(
+        f"endpoint {name!r} serves HTTP routes, not jobs; call them as METHOD /{name}/<path> on the server, e.g. "
+        "with Endpoint(id=...).post(path, data)",
+        code="not_a_queue_endpoint",
+    )
+
+
+def oldest_held(ep: EndpointState) -> float | None:
+    """Wall time at which the oldest request still held for ``ep`` arrived."""
+    for since, future in ep.held:
+        if not future.done():
+            return since
+    return None
+
+
+class RouteServing(ABC):
+    """The route side of ``ControlPlane``: the verbs the server's proxy uses, and route workers' readiness."""
+
+    # the state these verbs serve from, owned by ControlPlane
+    endpoints: dict[str, EndpointState]
+    workers: dict[str, Worker]
+    clock: Clock
+    _closing: bool
+
+    @abstractmethod
+    def kick(self) -> None: ...
+
+    @abstractmethod
+    def _kick_if_someone_waits(self) -> None: ...
+
+    @abstractmethod
+    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None: ...
+
+    @abstractmethod
+    def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None: ...
+
+    def _init_routes(self, probe: Probe, ready_timeout_s: float, poll_s: tuple[float, float]) -> None:
+        #: route endpoints by name: what the proxy looks a request's first path segment up in
+        self.routed: dict[str, EndpointState] = {}
+        self._probe = probe
+        #: how long a route worker may take to answer /ping 200 before it counts as a failed start
+        self.route_ready_timeout_s = ready_timeout_s
+        #: the first and the longest pause between two asks of a starting route worker's /ping
+        self._poll_s = poll_s
+        self._polls: set[asyncio.Task[None]] = set()
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # the proxy's verbs (on the plane's loop)
+
+    def take_route_worker(self, ep: EndpointState) -> Worker | None:
+        """A ready worker for one request now, counted in flight until ``release_route_worker``; None: none is
+        ready (hold the request with ``hold_route_worker``)."""
+        worker = least_in_flight(ep.workers.values())
+        if worker is not None:
+            self._hand(ep, worker)
+        return worker
+
+    async def hold_route_worker(self, ep: EndpointState, timeout_s: float) -> Worker | None:
+        """Hold a request until a worker of ``ep`` is ready (the held request is demand: with no worker, one
+        starts), at most ``timeout_s``; the worker, counted in flight, or None when the wait ended first or no
+        worker could start (the caller answers with the endpoint's explanation)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Worker | None] = loop.create_future()
+        held = ep.held
+        while held and held[0][1].done():  # requests that gave up leave from the front
+            held.popleft()
+        held.append((self.clock.time(), future))
+        ep.queued += 1
+        self.kick()
+
+        def give_up() -> None:
+            if not future.done():
+                future.set_result(None)
+                ep.queued -= 1  # its entry stays in ``held`` (done), dropped when it reaches the front
+
+        timer = loop.call_later(timeout_s, give_up)
+        try:
+            return await future
+        except asyncio.CancelledError:  # the client hung up while held
+            if future.cancelled():
+                ep.queued -= 1
+            elif (worker := future.result()) is not None:  # handed a worker in the same turn: hand it back
+                self.release_route_worker(ep, worker)
+            raise
+        finally:
+            timer.cancel()
+
+    def release_route_worker(self, ep: EndpointState, worker: Worker) -> None:
+        """The request handed to ``worker`` is answered (or failed): one fewer in flight."""
+        worker.in_flight -= 1
+        ep.in_flight -= 1
+        if not worker.in_flight and worker.state is _RUNNING:
+            worker.state = _IDLE
+            worker.idle_since = self.clock.monotonic()
+            self._kick_if_someone_waits()
+
+    def _hand(self, ep: EndpointState, worker: Worker) -> None:
+        worker.in_flight += 1
+        worker.state = _RUNNING
+        ep.in_flight += 1
+        spec = ep.spec
+        # REQUEST_COUNT wants ceil(in_flight / scaler_value) workers: reconcile once that passes the workers there
+        # are (a cheap bound; the tick reconciles anyway), not on every request
+        if (
+            spec.scaler_type is ServerlessScalerType.REQUEST_COUNT
+            and ep.in_flight > spec.scaler_value * len(ep.workers)
+            and len(ep.workers) < spec.workers_max
+        ):
+            self.kick()
+
+    def _serve_held(self, ep: EndpointState) -> None:
+        """Hand held requests, oldest first, to the ready workers (a worker just became ready)."""
+        held = ep.held
+        while held:
+            future = held[0][1]
+            if future.done():
+                held.popleft()
+                continue
+            worker = least_in_flight(ep.workers.values())
+            if worker is None:
+                return
+            held.popleft()
+            ep.queued -= 1
+            self._hand(ep, worker)
+            future.set_result(worker)
+
+    def _give_up_held(self, ep: EndpointState) -> None:
+        """Answer every held request of ``ep`` with None now (no worker of it could start: waiting will not help)."""
+        held = ep.held
+        while held:
+            future = held.popleft()[1]
+            if not future.done():
+                ep.queued -= 1
+                future.set_result(None)
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # readiness
+
+    def _watch_ready(self, worker: Worker) -> None:
+        """Poll a started route worker's /ping until it is ready, gone, or past the limit."""
+        task = asyncio.get_running_loop().create_task(self._poll_ready(worker))
+        self._polls.add(task)
+        task.add_done_callback(self._polls.discard)
+
+    def _starting(self, worker: Worker) -> bool:
+        return not self._closing and self.workers.get(worker.id) is worker and worker.state is WorkerState.STARTING
+
+    async def _poll_ready(self, worker: Worker) -> None:
+        address = worker.address
+        asked = 0
+        while address is not None and self._starting(worker):
+            status = await self._probe(address, readiness.PROBE_TIMEOUT_S)
+            if not self._starting(worker):
+                return
+            waited = self.clock.monotonic() - worker.started_at
+            verdict = readiness.verdict(status, waited, self.route_ready_timeout_s)
+            if verdict is Verdict.READY:
+                self._route_ready(worker)
+                return
+            if verdict is Verdict.TIMED_OUT:
+                self._never_ready(worker, status)
+                return
+            await asyncio.sleep(readiness.delay(asked, *self._poll_s))
+            asked += 1
+
+    def _route_ready(self, worker: Worker) -> None:
+        ep = self.endpoints[worker.endpoint]
+        worker.state = _IDLE
+        worker.ever_ready = True
+        worker.idle_since = self.clock.monotonic()
+        ep.start_failures = ep.start_losses = 0
+        log.info("worker %s of %s is ready at %s", worker.id, worker.endpoint, worker.address)
+        self._serve_held(ep)
+        self._kick_if_someone_waits()
+
+    def _never_ready(self, worker: Worker, status: int | None) -> None:
+        """A failed start: the worker did not answer /ping 200 within the limit. It is stopped; the back-off and
+        the explanation are a failed start's."""
+        ep = self.endpoints[worker.endpoint]
+        worker.stderr_tail.append(
+            f"flashpoint: worker {worker.id} was not ready within {self.route_ready_timeout_s:g}s "
+            f"(FLASHPOINT_ROUTE_READY_TIMEOUT_S): {readiness.describe(status)}"
+        )
+        self._stop_worker(worker)
+        self._start_failed(ep, worker, -1)
+
+    async def _close_routes(self) -> None:
+        """Stop polling; answer every held request (the plane is closing)."""
+        for task in list(self._polls):
+            task.cancel()
+        for ep in self.routed.values():
+            self._give_up_held(ep)
