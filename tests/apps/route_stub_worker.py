@@ -38,7 +38,7 @@ async def echo(request: Request) -> Response:
             "path": request.url.path,
             "query": request.url.query,
             "body": body.decode(errors="replace"),
-            "headers": {k: v for k, v in request.headers.items()},
+            "headers": [[name.decode(), value.decode()] for name, value in request.headers.raw],
             "pathParams": dict(request.path_params),
         }
     )

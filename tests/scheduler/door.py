@@ -2,14 +2,16 @@
 
 A test registers endpoints, submits jobs, and plays the workers' part through the plane's own verbs (``take``,
 ``done``, ``ping``) or, with ``worker_client``, over the real worker routes in-process; ``step`` moves the clock and
-turns it once; ``settle`` waits for the plane, never for time.
+turns it once; ``settle`` waits for the plane, never for time. A route worker's ``/ping`` answers what the test says
+(``ready``, or ``backend.answer``): the door's plane polls through the stub backend's scripted probe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +26,14 @@ from flashpoint.fleetspec import parse_fleet
 from flashpoint.jobs import Job
 from flashpoint.scheduler.inventory import Node
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.scheduler.records import Worker
-from flashpoint.spec import EndpointSpec, WorkerTarget
+from flashpoint.scheduler.records import Worker, WorkerState
+from flashpoint.spec import EndpointSpec, RouteSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 
 TARGET = WorkerTarget(import_path="tests.apps.handlers_app:echo")
+#: a route endpoint's worker target, and the routes the door's route endpoints declare
+ROUTE_TARGET = WorkerTarget(import_path="tests.apps.routes_app:api")
+ROUTES = (RouteSpec("GET", "/echo", "echo"), RouteSpec("POST", "/items/{item_id}", "item"))
 #: the base URL of the in-process clients (nothing listens there: requests go to the app through ASGI)
 BASE_URL = "http://plane"
 #: what every node of a door's fleet has unless a test says otherwise: 4 vCPUs and 16 GB for CPU workers, CUDA 12.8
@@ -46,6 +51,22 @@ class Door:
         spec = Endpoint(**options).spec
         self.plane.register(spec, TARGET)
         return spec
+
+    def routes_endpoint(self, routes: Sequence[RouteSpec] = ROUTES, **options: Any) -> EndpointSpec:
+        """Register an HTTP-route endpoint with ``Endpoint``'s options and ``routes``."""
+        spec = dataclasses.replace(Endpoint(**options).spec, kind="routes", routes=tuple(routes))
+        self.plane.register(spec, ROUTE_TARGET)
+        return spec
+
+    async def ready(self, worker: Worker, status: int = 200) -> None:
+        """The route worker's ``/ping`` answers ``status``; returns once the plane has heard it (200: the worker is
+        ready and has taken the requests held for it)."""
+        self.backend.answer(worker.id, status)
+        heard = self.backend.workers[worker.id].answered
+        await until(lambda: not heard.is_set(), f"the plane to ask worker {worker.id}'s /ping")
+        await self.settle()
+        if status == 200:
+            assert worker.state is not WorkerState.STARTING
 
     def submit(self, endpoint: str, payload: Any = None, **options: Any) -> Job:
         return self.plane.submit(endpoint, {} if payload is None else payload, **options)
@@ -100,6 +121,15 @@ class Door:
         raise AssertionError(f"the plane holds no job-take of worker {worker.id}")
 
 
+async def until(check: Callable[[], object], what: str = "the plane") -> None:
+    """Let the loop turn until ``check()`` holds (work already under way: a few turns); fail if it never does."""
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"waited for {what} in vain")
+
+
 async def open_door(
     fleet: str = "node-a=NVIDIA_H200:2",
     *,
@@ -117,6 +147,8 @@ async def open_door(
     backend = StubBackend(
         described.devices if described else (), nodes=[*kept, *replaced.values()], exit_on_stop=exit_on_stop
     )
+    # route workers' /ping is the stub's scripted one, asked again at once (the stub's probe waits for an answer)
+    options = {"probe": backend.probe, "route_poll_s": (0.0, 0.0), **options}
     plane = ControlPlane(MemoryJobStore(), backend, worker_secret="door", clock=clock, **options)
     await plane.start(ticking=False)
     return Door(plane, backend, clock)

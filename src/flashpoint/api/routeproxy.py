@@ -35,6 +35,7 @@ from yarl import URL
 
 from flashpoint import codec
 from flashpoint.api.workers import key_matches
+from flashpoint.explain import Explanation
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.spec import ROUTE_METHODS, RouteSpec
@@ -227,11 +228,12 @@ class RouteProxy:
             return status
         worker = self.plane.take_route_worker(ep)
         if worker is None:
-            worker = await self._hold(ep, receive)
-            if worker is None:
-                status, body = self._no_worker(ep)
+            found = await self._hold(ep, receive)
+            if isinstance(found, Explanation):
+                status, body = self._no_worker(ep, found)
                 await _answer(send, status, body)
                 return status
+            worker = found
         client = scope.get("client")
         forwarded.append(("X-Forwarded-For", client[0] if client else ""))
         forwarded.append(("X-Forwarded-Proto", scope.get("scheme", "http")))
@@ -269,11 +271,11 @@ class RouteProxy:
             raise _TooLarge
         return body or None
 
-    async def _hold(self, ep: EndpointState, receive: Receive) -> Worker | None:
-        """No worker is ready: wait for one (scale from zero) unless the endpoint can never run; a client that hangs
-        up meanwhile stops waiting."""
+    async def _hold(self, ep: EndpointState, receive: Receive) -> Worker | Explanation:
+        """No worker is ready: wait for one (scale from zero) unless the endpoint can never run (its explanation at
+        once); a client that hangs up meanwhile stops waiting."""
         if ep.never is not None:
-            return None
+            return self.plane.explain_endpoint(ep.spec.name)
         held = asyncio.ensure_future(self.plane.hold_route_worker(ep, self.wait_s))
         gone = asyncio.ensure_future(_until_disconnect(receive))
         try:
@@ -286,8 +288,7 @@ class RouteProxy:
             raise ClientDisconnect
         return held.result()
 
-    def _no_worker(self, ep: EndpointState) -> tuple[int, bytes]:
-        explanation = self.plane.explain_endpoint(ep.spec.name)
+    def _no_worker(self, ep: EndpointState, explanation: Explanation) -> tuple[int, bytes]:
         if explanation.never:
             message = f"endpoint {ep.spec.name!r} {explanation.summary}"
         else:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from flashpoint.explain import WaitReason
+from flashpoint.explain import Explanation, WaitReason
 from flashpoint.jobs import Job, Placement
 from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.nodes import CpuSlot
@@ -100,8 +100,9 @@ class Worker:
 
 #: a worker in a job-take long-poll: (worker id, how many jobs it takes, the future its request awaits)
 Taker = tuple[str, int, "asyncio.Future[list[Job]]"]
-#: a request held for a route worker: (wall time it arrived, the future that gets its worker, or None: given up)
-Held = tuple[float, "asyncio.Future[Worker | None]"]
+#: a request held for a route worker: (wall time it arrived, the future that gets its worker, or the endpoint's
+#: explanation when it is given up)
+Held = tuple[float, "asyncio.Future[Worker | Explanation]"]
 
 
 @dataclass(slots=True, eq=False)

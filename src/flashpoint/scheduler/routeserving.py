@@ -1,18 +1,19 @@
 """HTTP-route endpoints on the plane: which worker takes a request, requests held until a worker is ready, and when
 a route worker is ready.
 
-``RouteServing`` is a base of ``ControlPlane``, like ``WorkerProtocol``: the route side of the same state machine. A
-route worker is placed, scaled, stopped and explained as any worker; what differs is only how work reaches it (the
-server's proxy forwards HTTP requests to its address instead of the worker pulling jobs) and how it says it is ready
-(its ``GET /ping`` answers 200; the plane polls it, see ``readiness``). So the records carry the route side in the
-fields the planner already reads: a request held for a worker counts in ``ep.queued`` (a route endpoint has no jobs),
-a worker serving requests is RUNNING, one serving none IDLE; ``ep.in_flight`` is the REQUEST_COUNT scaler's load.
+``RouteServing`` is a base of ``WorkerSupervision`` (so of ``ControlPlane``) beside ``WorkerProtocol``: the route side
+of the same state machine. A route worker is placed, scaled, stopped and explained as any worker; what differs is
+only how work reaches it (the server's proxy forwards HTTP requests to its address instead of the worker pulling jobs)
+and how it says it is ready (its ``GET /ping`` answers 200; the plane polls it, see ``readiness``). So the records
+carry the route side in the fields the planner already reads: a request held for a worker counts in ``ep.queued`` (a
+route endpoint has no jobs), a worker serving requests is RUNNING, one serving none IDLE; ``ep.in_flight`` is the
+REQUEST_COUNT scaler's load.
 
 Invariants: a request is handed to a ready, live worker only (never a starting or stopping one), to the one with the
 fewest requests in flight (``least_in_flight``); every request handed out is released exactly once, so the in-flight
-counts are exact; a held request is answered once: with a worker, or with None (its wait ended, or every start
-failed), and ``ep.queued`` counts it until then; polling costs queue endpoints nothing (only route workers are polled,
-and only while they start).
+counts are exact; a held request is answered once: with a worker, or with the endpoint's explanation (its wait
+ended, or every start failed), and ``ep.queued`` counts it until then; polling costs queue endpoints nothing (only
+route workers are polled, and only while they start).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterable
 
 from flashpoint.clock import Clock
 from flashpoint.errors import BadInputError
+from flashpoint.explain import Explanation
 from flashpoint.scheduler import readiness
 from flashpoint.scheduler.readiness import Probe, Verdict
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
@@ -97,6 +99,9 @@ class RouteServing(ABC):
     @abstractmethod
     def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None: ...
 
+    @abstractmethod
+    def explain_endpoint(self, name: str) -> Explanation: ...
+
     def _init_routes(self, probe: Probe, ready_timeout_s: float, poll_s: tuple[float, float]) -> None:
         #: route endpoints by name: what the proxy looks a request's first path segment up in
         self.routed: dict[str, EndpointState] = {}
@@ -118,12 +123,13 @@ class RouteServing(ABC):
             self._hand(ep, worker)
         return worker
 
-    async def hold_route_worker(self, ep: EndpointState, timeout_s: float) -> Worker | None:
+    async def hold_route_worker(self, ep: EndpointState, timeout_s: float) -> Worker | Explanation:
         """Hold a request until a worker of ``ep`` is ready (the held request is demand: with no worker, one
-        starts), at most ``timeout_s``; the worker, counted in flight, or None when the wait ended first or no
-        worker could start (the caller answers with the endpoint's explanation)."""
+        starts), at most ``timeout_s``; the worker, counted in flight, or, when the wait ended first or no worker
+        could start, the endpoint's explanation as it was then (the request still counted as held, so it says what
+        the request waited for)."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Worker | None] = loop.create_future()
+        future: asyncio.Future[Worker | Explanation] = loop.create_future()
         held = ep.held
         while held and held[0][1].done():  # requests that gave up leave from the front
             held.popleft()
@@ -133,7 +139,7 @@ class RouteServing(ABC):
 
         def give_up() -> None:
             if not future.done():
-                future.set_result(None)
+                future.set_result(self.explain_endpoint(ep.spec.name))
                 ep.queued -= 1  # its entry stays in ``held`` (done), dropped when it reaches the front
 
         timer = loop.call_later(timeout_s, give_up)
@@ -142,7 +148,7 @@ class RouteServing(ABC):
         except asyncio.CancelledError:  # the client hung up while held
             if future.cancelled():
                 ep.queued -= 1
-            elif (worker := future.result()) is not None:  # handed a worker in the same turn: hand it back
+            elif isinstance(worker := future.result(), Worker):  # handed a worker in the same turn: hand it back
                 self.release_route_worker(ep, worker)
             raise
         finally:
@@ -188,13 +194,17 @@ class RouteServing(ABC):
             future.set_result(worker)
 
     def _give_up_held(self, ep: EndpointState) -> None:
-        """Answer every held request of ``ep`` with None now (no worker of it could start: waiting will not help)."""
+        """Answer every held request of ``ep`` now with the endpoint's explanation (no worker of it could start, or
+        the plane is closing: waiting will not help)."""
+        if not ep.queued:
+            return
+        explanation = self.explain_endpoint(ep.spec.name)  # while they still count: it says what they waited for
         held = ep.held
         while held:
             future = held.popleft()[1]
             if not future.done():
                 ep.queued -= 1
-                future.set_result(None)
+                future.set_result(explanation)
 
     # ----------------------------------------------------------------------------------------------------------------
     # readiness
