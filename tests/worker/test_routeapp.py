@@ -318,6 +318,17 @@ async def test_a_body_over_the_limit_is_413() -> None:
     assert "FLASHPOINT_MAX_BODY_MB" in declared.json()["message"]
 
 
+async def test_only_declared_paths_are_served() -> None:
+    async with started(("POST", "/compute", compute)) as client:
+        slash = await client.post("/compute/", json={"numbers": [1]})
+        docs = await client.get("/docs")
+        method = await client.get("/compute")
+
+    assert slash.status_code == 404  # not a redirect to the worker's own address
+    assert docs.status_code == 404
+    assert method.status_code == 405
+
+
 def test_a_signature_fastapi_cannot_serve_names_its_route() -> None:
     def lookup(filters: list[dict[str, Any]]) -> None: ...
 

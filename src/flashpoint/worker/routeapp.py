@@ -77,7 +77,9 @@ def create_app(routes: Sequence[Route], *, max_body_bytes: int = MAX_BODY_BYTES)
         finally:
             app.state.ready = False
 
-    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    # no redirect for a trailing slash: behind the server's /NAME prefix its Location (the worker's own address and
+    # path) would lead nowhere; /x/ is 404 where /x is declared
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     app.state.ready = False
     app.add_api_route("/ping", _ping, methods=["GET"], include_in_schema=False)
     for method, path, fn in routes:
