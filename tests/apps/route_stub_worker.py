@@ -3,8 +3,9 @@ and so a flashpoint route worker. It knows nothing of flashpoint (no import of i
 proxy must serve an unmodified worker.
 
 ``/ping`` answers 204 until a short start-up step (``ROUTE_STUB_START_S``, 0.3 s) is done, then 200. Routes:
-``/echo`` (any method: what the worker received), ``/items/{item_id}``, ``/stream?id=X`` (one chunk, then the next
-only once ``POST /release/X`` came), ``/slow?seconds=N``, ``/status/{code}``, ``/whoami``.
+``/echo`` (any method: what the worker received), ``/items/{item_id}`` and ``/raw/{rest:path}`` (the same),
+``/stream?id=X`` (one chunk, then the next only once ``POST /release/X`` came), ``/slow?seconds=N``,
+``/status/{code}``, ``/whoami``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ async def echo(request: Request) -> Response:
             "worker": WORKER,
             "method": request.method,
             "path": request.url.path,
+            "rawPath": request.scope.get("raw_path", b"").decode(),
             "query": request.url.query,
             "body": body.decode(errors="replace"),
             "headers": [[name.decode(), value.decode()] for name, value in request.headers.raw],
@@ -85,6 +87,7 @@ app = Starlette(
         Route("/ping", ping),
         Route("/echo", echo, methods=ANY),
         Route("/items/{item_id}", echo, methods=ANY),
+        Route("/raw/{rest:path}", echo, methods=ANY),
         Route("/stream", stream),
         Route("/release/{stream_id}", release, methods=["POST"]),
         Route("/slow", slow),

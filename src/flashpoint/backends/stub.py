@@ -58,8 +58,10 @@ class StubBackend:
         self.failures: list[BackendError] = []
         self._on_change: FleetCallback | None = None
         self.closed = False
-        #: the addresses the next route workers serve on, in order (a test's real HTTP servers); then made-up ones
+        #: the addresses the next route workers serve on, in order (a test's real HTTP servers); then
+        #: ``http_address`` when set (one real server standing in for every worker), else made-up ones
         self.http_addresses: deque[str] = deque()
+        self.http_address: str | None = None
         self._by_address: dict[str, StubWorker] = {}
 
     # the Backend protocol
@@ -79,7 +81,10 @@ class StubBackend:
         worker = self.workers[launch.worker_id] = StubWorker(launch, on_line, on_exit)
         if not launch.http:
             return Started()
-        worker.address = self.http_addresses.popleft() if self.http_addresses else f"{launch.worker_id}.stub:80"
+        if self.http_addresses:
+            worker.address = self.http_addresses.popleft()
+        else:
+            worker.address = self.http_address or f"{launch.worker_id}.stub:80"
         self._by_address[worker.address] = worker
         return Started(address=worker.address)
 
@@ -132,7 +137,7 @@ class StubBackend:
         """The plane's readiness probe of a stub route worker: waits until the test gives its ``/ping`` an answer
         (``answer``) or the worker exits, and returns that answer. A long-poll, so the plane's polling needs no
         clock: each answer is heard once."""
-        worker = self._by_address.get(address)
+        worker = self._by_address.get(address)  # with a shared address, the last worker started there
         if worker is None or not worker.running:
             return None
         await worker.answered.wait()
