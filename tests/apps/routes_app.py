@@ -38,6 +38,7 @@ async def health() -> dict[str, Any]:
 
 @api.post("/compute")
 async def compute(numbers: list[float], scale: float = 1.0) -> dict[str, float]:
+    print(f"computing the sum of {numbers}")  # reaches the plane as a line, while the worker runs
     return {"sum": sum(numbers) * scale}
 
 

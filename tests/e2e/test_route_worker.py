@@ -51,11 +51,13 @@ class Worker:
 def _spawn(tmp_path: Path, source: list[str], env: dict[str, str], name: str) -> Worker:
     port = _free_port()
     out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    # without PYTHONUNBUFFERED (set on these machines), so that lines arriving while it runs are the worker's doing
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     with out.open("wb") as stdout, err.open("wb") as stderr:  # the worker keeps its own copies
         proc = subprocess.Popen(
             [sys.executable, "-m", "flashpoint.worker", "--routes", *source],
             cwd=ROOT,
-            env={**os.environ, "PORT": str(port), "PORT_HEALTH": str(port), "FLASHPOINT_ENDPOINT": "routes-app", **env},
+            env={**inherited, "PORT": str(port), "PORT_HEALTH": str(port), "FLASHPOINT_ENDPOINT": "routes-app", **env},
             stdout=stdout,
             stderr=stderr,
         )
@@ -131,6 +133,8 @@ def test_a_worker_serves_its_routes_by_import_path_and_exits_on_sigterm(start_wo
         events = _stream_with_gate(client, "POST", "/events", "sse", json={"gate": "sse", "n": 2})
         assert [line for line in events if line] == ["event: tick", "data: 0", "event: tick", "data: 1"]
         assert client.get("/nowhere").status_code == 404
+        printed = "computing the sum of [1.0, 2.0]\n"
+        until(lambda: printed in worker.out.read_text(), timeout=10, what="a route's print on the worker's stdout")
 
     assert worker.stop() == 0
     output = worker.output()
