@@ -589,3 +589,50 @@ class ControlPlane(WorkerSupervision):
         while self._kicked or self.supervisor.pending:
             await asyncio.sleep(0)
             await self.supervisor.settle()
+
+    def redeclare(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> int:
+        """Give an endpoint new options and code (``flashpoint dev`` reloading a changed file); a new one is
+        registered. Its queued jobs (a route endpoint: its held requests) stay, for the workers started from now on,
+        which load the new code. Each of its workers is retired: it takes nothing new and stops once its running jobs
+        (a route worker: its requests in flight) end. Returns how many workers were retired.
+
+        A queue endpoint that now serves routes keeps queued jobs no route worker takes: purge them first.
+        """
+        ep = self.endpoints.get(spec.name)
+        if ep is None:
+            self.register(spec, target, code_file)
+            return 0
+        ep.spec, ep.target = spec, target
+        if code_file is not None:
+            self.supervisor.code_files[spec.name] = code_file
+        else:
+            self.supervisor.code_files.pop(spec.name, None)
+        if spec.serves_routes:
+            self.routed[spec.name] = ep
+        else:
+            self.routed.pop(spec.name, None)
+        ep.never = feasible_endpoint(spec, self.index.devices, self.index.nodes.nodes)
+        if ep.never is not None:
+            log.warning(self._never_message(spec, ep.never))
+        # new code starts afresh: no back-off left from the failed starts of the old one
+        ep.start_failures = ep.start_losses = 0
+        ep.next_start_at = 0.0
+
+        async def stop_when_answered(worker: Worker) -> None:
+            # release_route_worker stops nobody: look again each tick until its last request in flight is answered
+            while worker.in_flight and self.workers.get(worker.id) is worker:
+                await asyncio.sleep(self.tick_s)
+            if self.workers.get(worker.id) is worker:
+                self._stop_worker(worker)
+
+        retired = [worker for worker in ep.workers.values() if worker.live]
+        for worker in retired:
+            worker.retiring = True
+            if worker.in_flight:
+                task = asyncio.get_running_loop().create_task(stop_when_answered(worker))
+                self._polls.add(task)  # cancelled at close with the readiness polls
+                task.add_done_callback(self._polls.discard)
+            elif not worker.jobs:  # else the end of its last job stops it (_after_job)
+                self._stop_worker(worker)
+        self.kick()
+        return len(retired)

@@ -1,0 +1,496 @@
+"""``flashpoint dev``'s project: the files of a folder, the endpoints each declares, and the URL layout of Runpod
+Flash's ``flash dev`` that serves them; what a reload changes.
+
+Loading goes through ``discovery`` (so ``runpod_flash`` is flashpoint while a file imports); the rest is pure. Not an
+edge module: it imports discovery, the endpoint handles and the route declarations, never the HTTP layer.
+
+The layout, as ``flash dev`` builds it: a file's prefix is its path below the folder without ``.py``
+(``/gpu_worker``, ``/01_getting_started/03_mixed_workers/cpu_worker``). A file with one queue callable (a function, or
+one method of a class) answers ``POST <prefix>/runsync``; with several, each answers ``POST <prefix>/<name>/runsync``
+(a function by its name, a class's public methods by theirs). A route endpoint's routes are ``METHOD <prefix><path>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from flashpoint.discovery import AnyEndpoint, load_endpoints, load_module
+from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
+from flashpoint.errors import Error
+from flashpoint.routes import is_route_endpoint, route_table
+from flashpoint.spec import EndpointSpec, WorkerTarget
+
+__all__ = [
+    "Call",
+    "Changes",
+    "Layout",
+    "Project",
+    "RouteEntry",
+    "SourceFile",
+    "build_layout",
+    "changes",
+    "forget_modules",
+    "is_project_path",
+    "load_project",
+    "project_files",
+]
+
+#: folders never scanned, at any depth (Flash's built-in ignore list, less files it already skips by suffix); hidden
+#: folders and virtual environments (a ``pyvenv.cfg``) are skipped too
+SKIPPED_DIRS = frozenset({"__pycache__", "tests", "docs", "dist", "build", "venv", "env", "node_modules"})
+#: first prefix segments the server keeps for itself: Runpod's API and the worker protocol (/v2), the native API (/v1)
+RESERVED_PREFIXES = frozenset({"v1", "v2"})
+#: files that are never an app's
+_NOT_APPS = frozenset({"__init__.py", "conftest.py"})
+#: a path parameter of a route template, named or typed (``{id}``, ``{id:int}``): two templates differing only in the
+#: names are one route
+_PARAM = re.compile(r"\{[^{}]*\}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Files
+
+
+def _skipped_dir(path: Path) -> bool:
+    name = path.name
+    return (
+        name.startswith(".")
+        or name in SKIPPED_DIRS
+        or name.endswith(".egg-info")
+        or (path / "pyvenv.cfg").is_file()  # a virtual environment, whatever its name
+    )
+
+
+def _skipped_file(name: str) -> bool:
+    # hidden files: editors' lock and swap files
+    return not name.endswith(".py") or name.startswith((".", "test_")) or name.endswith("_test.py") or name in _NOT_APPS
+
+
+def project_files(root: Path) -> list[Path]:
+    """The ``.py`` files ``flashpoint dev`` loads, in path order: not ``__init__.py``, tests (``test_*.py``,
+    ``*_test.py``, ``conftest.py``), hidden files, nor anything in a skipped folder (``SKIPPED_DIRS``, hidden folders,
+    ``*.egg-info``, virtual environments)."""
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not _skipped_dir(Path(folder) / d))
+        found.extend(Path(folder) / name for name in files if not _skipped_file(name))
+    return sorted(found, key=lambda path: path.relative_to(root).as_posix())
+
+
+def is_project_path(root: Path, path: Path) -> bool:
+    """Whether ``path`` (existing or just deleted) is one of the files ``project_files`` would list."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return False
+    if not parts or _skipped_file(parts[-1]):
+        return False
+    folder = root
+    for part in parts[:-1]:
+        folder = folder / part
+        if _skipped_dir(folder):
+            return False
+    return True
+
+
+def forget_modules(root: Path) -> list[str]:
+    """Remove the project's modules (files under ``root`` outside skipped folders; never flashpoint's own) from
+    ``sys.modules``, so the next import reads every file again; returns their names."""
+    inside = str(root) + os.sep
+    gone: list[str] = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str) or not file.startswith(inside) or name.partition(".")[0] == "flashpoint":
+            continue
+        parts = Path(file).relative_to(root).parts
+        if not any(_skipped_dir(root.joinpath(*parts[: i + 1])) for i in range(len(parts) - 1)):
+            del sys.modules[name]
+            gone.append(name)
+    return gone
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One project file as last loaded. A file that fails to import keeps what it declared when it last loaded
+    (``endpoints``, ``digest``, ``uses``), with the failure in ``error``."""
+
+    rel: str
+    #: the module name it was imported under ("gpu_worker"; the dotted name inside a package)
+    module: str
+    #: sha256 of the source that ``endpoints`` came from
+    digest: str
+    endpoints: Mapping[str, AnyEndpoint] = field(default_factory=dict)
+    #: the other project files whose module it refers to at module level (``import x``, ``from x import y``)
+    uses: frozenset[str] = frozenset()
+    error: str | None = None
+
+    @property
+    def prefix(self) -> str:
+        """The file's URL prefix: its path without ``.py`` (``/workers/gpu``)."""
+        return "/" + self.rel.removesuffix(".py")
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    root: Path
+    files: tuple[SourceFile, ...]
+
+    @property
+    def errors(self) -> list[tuple[str, str]]:
+        """``(file, error)`` for each file that failed to load this time."""
+        return [(f.rel, f.error) for f in self.files if f.error is not None]
+
+
+def _declares(module: ModuleType) -> bool:
+    return any(_is_endpoint(value) for value in vars(module).values())
+
+
+def _is_endpoint(value: Any) -> bool:
+    return isinstance(value, EndpointFunction | EndpointClass | EndpointCommand) or is_route_endpoint(value)
+
+
+def _module_of(value: Any) -> str | None:
+    if isinstance(value, ModuleType):
+        return value.__name__
+    try:
+        name = getattr(value, "__module__", None)
+    except Exception:  # a lazy object's attribute access may run anything
+        return None
+    return name if isinstance(name, str) else None
+
+
+def load_project(root: Path, previous: Project | None = None) -> Project:
+    """Import every project file afresh (``forget_modules`` first) through discovery, and collect what each
+    declares. A file that fails keeps its last good version from ``previous``; its error is recorded, never raised."""
+    root = root.resolve()
+    forget_modules(root)
+    before = {f.rel: f for f in previous.files} if previous is not None else {}
+    loaded: list[tuple[SourceFile, ModuleType | None]] = []
+    for path in project_files(root):
+        rel = path.relative_to(root).as_posix()
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            module = load_module(str(path))
+            endpoints = load_endpoints(str(path)) if _declares(module) else {}
+        except (Error, OSError) as exc:
+            old = before.get(rel)
+            kept = SourceFile(rel, old.module, old.digest, old.endpoints, old.uses) if old is not None else None
+            loaded.append((_failed(rel, kept, exc), None))
+            continue
+        loaded.append((SourceFile(rel, module.__name__, digest, endpoints), module))
+    files = {f.module: f.rel for f, _ in loaded if f.module}
+    result: list[SourceFile] = []
+    for source, loaded_module in loaded:
+        if loaded_module is not None:
+            names = {_module_of(value) for value in list(vars(loaded_module).values())}
+            uses = frozenset(files[name] for name in names if name in files and files[name] != source.rel)
+            source = dataclasses.replace(source, uses=uses)
+        result.append(source)
+    return Project(root, tuple(result))
+
+
+def _failed(rel: str, kept: SourceFile | None, exc: BaseException) -> SourceFile:
+    error = str(exc) if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
+    if kept is None:
+        return SourceFile(rel, "", "", error=error)
+    return SourceFile(rel, kept.module, kept.digest, kept.endpoints, kept.uses, error=error)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The layout
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """``POST <path>``: one queue callable, a function or one method of a class endpoint."""
+
+    path: str
+    endpoint: str
+    #: the function's or method's name
+    name: str
+    file: str
+    #: the member of a shared endpoint name this calls (the job names it in ``flashpoint.target``), else None
+    target: str | None = None
+    #: the class method this calls (the job names it in its input's ``method``), else None
+    method: str | None = None
+    #: False when the callable takes no parameters: the body is then ignored, as Flash's dev server does
+    takes_input: bool = True
+    #: an input that fits the signature, for the docs page
+    example: Mapping[str, Any] = field(default_factory=dict)
+    doc: str = ""
+
+    def job_input(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The job's input for the body's ``input``: a method's name joins its arguments."""
+        return {**given, "method": self.method} if self.method is not None else dict(given)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteEntry:
+    """``METHOD <path>``: one route of a route endpoint, under its file's prefix."""
+
+    method: str
+    #: the layout's path template: the file's prefix and the route's path (``/lb_worker/items/{item_id}``)
+    path: str
+    endpoint: str
+    #: the file's prefix, which the server replaces with ``/<endpoint>`` before its route proxy
+    prefix: str
+    #: the function serving it
+    name: str
+    file: str
+    example: Mapping[str, Any] = field(default_factory=dict)
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The URLs of a project, and the endpoints they reach."""
+
+    #: queue callables by their exact path
+    calls: Mapping[str, Call]
+    #: route endpoints' routes, in file order
+    routes: tuple[RouteEntry, ...]
+    #: every endpoint served, by name, in file order
+    endpoints: Mapping[str, AnyEndpoint]
+    #: the file each endpoint is listed under
+    homes: Mapping[str, str]
+    #: what was left out, and why (name collisions, reserved prefixes), in words
+    problems: tuple[str, ...] = ()
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """``(method, path, callable, endpoint)`` per URL, calls first, for the startup table and the docs page."""
+        rows = [("POST", c.path, c.name, c.endpoint) for c in self.calls.values()]
+        return rows + [(r.method, r.path, r.name, r.endpoint) for r in self.routes]
+
+
+def _same_endpoint(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    shared = getattr(a, "shared", None)  # functions declared with one name and the same options: one endpoint
+    return shared is not None and shared is getattr(b, "shared", None)
+
+
+def _defined_in(handle: Any) -> str | None:
+    """The module that declares an endpoint: its function's or class's (a route endpoint: its first route's)."""
+    if is_route_endpoint(handle):
+        return _module_of(route_table(handle)[0][2])
+    wrapped = getattr(handle, "__wrapped__", None)
+    return _module_of(wrapped) if wrapped is not None else None
+
+
+def _first_line(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+#: an example value by the start of an annotation's name
+_PLACEHOLDERS: tuple[tuple[str, Any], ...] = (
+    ("str", "text"), ("int", 0), ("float", 0.0), ("bool", False), ("dict", {}), ("list", [])
+)  # fmt: skip
+
+
+def _example(fn: Any, *, skip_self: bool) -> tuple[bool, dict[str, Any]]:
+    """Whether ``fn`` takes parameters (``*args``/``**kwargs`` aside, as Flash counts them), and an input fitting them:
+    each default when JSON can carry it, else a placeholder by the annotation's name."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True, {}
+    if skip_self and params:
+        params = params[1:]
+    kept = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    example: dict[str, Any] = {}
+    for param in kept:
+        if param.default is not param.empty and _json(param.default):
+            example[param.name] = param.default
+            continue
+        hint = param.annotation
+        lowered = str(hint if isinstance(hint, str) else getattr(hint, "__name__", "")).lower()
+        example[param.name] = next((value for name, value in _PLACEHOLDERS if lowered.startswith(name)), None)
+    return bool(kept), example
+
+
+def _json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _calls_of(handle: Any) -> Iterator[tuple[str, str | None, str | None, Any, bool]]:
+    """``(name, target, method, callable, is_method)`` for each queue callable an endpoint offers."""
+    if isinstance(handle, EndpointCommand):  # a command's handler takes any input: known by the endpoint's name
+        yield handle.spec.name, None, None, None, False
+        return
+    targets = handle.targets()
+    for target_name, member in targets.items():
+        target = target_name if len(targets) > 1 else None
+        if isinstance(member, EndpointClass):
+            for method in member.spec.methods:
+                yield method, target, method, getattr(member.__wrapped__, method, None), True
+        else:
+            yield target_name, target, None, getattr(member, "__wrapped__", None), False
+
+
+def build_layout(project: Project) -> Layout:
+    """The URL layout of a loaded project (pure). An endpoint is listed under the file that declares it when that file
+    is part of the project (files importing it do not list it again), else under the first file holding it. Left out,
+    with a problem saying why: a second endpoint of a name another file's endpoint has, a second callable of one name
+    in a file, a second route with one method and path, a file whose prefix starts with /v1 or /v2."""
+    problems: list[str] = []
+    owners: dict[str, tuple[AnyEndpoint, str]] = {}
+    for source in project.files:
+        first = source.prefix.split("/")[1]
+        if source.endpoints and first in RESERVED_PREFIXES:
+            problems.append(
+                f"{source.rel}: left out: its URLs would start with /{first}/, which the server keeps for its own API; "
+                "rename the file or its folder"
+            )
+            continue
+        for name, handle in source.endpoints.items():
+            known = owners.get(name)
+            if known is None:
+                owners[name] = (handle, source.rel)
+            elif _same_endpoint(known[0], handle):
+                if _defined_in(handle) == source.module:
+                    owners[name] = (known[0], source.rel)
+            else:
+                problems.append(
+                    f"{source.rel}: endpoint {name!r} left out: {known[1]} declares an endpoint of that name already; "
+                    "give each its own name="
+                )
+    calls: dict[str, Call] = {}
+    routes: list[RouteEntry] = []
+    taken: dict[tuple[str, str], str] = {}
+
+    def claim(method: str, path: str, what: str) -> bool:
+        key = (method, _PARAM.sub("{}", path))
+        if key in taken:
+            problems.append(f"{what} left out: {method} {path} is taken by {taken[key]}")
+            return False
+        taken[key] = what
+        return True
+
+    for source in project.files:
+        mine = [(name, handle) for name, (handle, home) in owners.items() if home == source.rel]
+        found: list[Call] = []
+        for name, handle in mine:
+            if is_route_endpoint(handle):
+                continue
+            for label, target, method, fn, is_method in _calls_of(handle):
+                takes, example = _example(fn, skip_self=is_method) if fn is not None else (True, {})
+                doc = _first_line(fn) if fn is not None else ""
+                found.append(Call("", name, label, source.rel, target, method, takes, example, doc))
+        names: set[str] = set()
+        unique: list[Call] = []
+        for call in found:
+            if call.name in names:
+                problems.append(
+                    f"{source.rel}: {call.name} of endpoint {call.endpoint!r} left out: the file has another callable "
+                    f"named {call.name}, and both would answer {source.prefix}/{call.name}/runsync"
+                )
+                continue
+            names.add(call.name)
+            unique.append(call)
+        for call in unique:
+            path = f"{source.prefix}/runsync" if len(unique) == 1 else f"{source.prefix}/{call.name}/runsync"
+            if claim("POST", path, f"{source.rel}: {call.name}"):
+                calls[path] = dataclasses.replace(call, path=path)
+        for name, handle in mine:
+            if not is_route_endpoint(handle):
+                continue
+            for method, route_path, fn in route_table(handle):
+                path = source.prefix + route_path
+                if claim(method, path, f"{source.rel}: {fn.__name__}"):
+                    _, example = _example(fn, skip_self=False)
+                    routes.append(
+                        RouteEntry(method, path, name, source.prefix, fn.__name__, source.rel, example, _first_line(fn))
+                    )
+    endpoints = {name: handle for name, (handle, _) in owners.items()}
+    homes = {name: home for name, (_, home) in owners.items()}
+    return Layout(calls, tuple(routes), endpoints, homes, tuple(problems))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What a reload changes
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What a reload does to the served endpoints, by name."""
+
+    #: new names: registered
+    added: tuple[str, ...] = ()
+    #: changed code or options: their workers are replaced
+    replaced: tuple[str, ...] = ()
+    #: gone from the files: their queued jobs are cancelled and their workers stopped
+    removed: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.replaced or self.removed)
+
+
+def target_of(handle: Any) -> WorkerTarget:
+    """How a worker loads an endpoint (its import path, a pickled table, or its command)."""
+    target: WorkerTarget = handle.worker_target()
+    return target
+
+
+def spec_of(handle: Any) -> EndpointSpec:
+    spec: EndpointSpec = handle.spec
+    return spec
+
+
+def changes(old: Project, old_layout: Layout, new: Project, new_layout: Layout) -> Changes:
+    """Compare two loads of a project (pure). An endpoint is replaced when its options or its worker's target
+    changed, or the source of its file, or of a project file its file refers to at module level (through others
+    too), changed; never while its own file fails to load (its workers could not load the new code)."""
+    before = {f.rel: f.digest for f in old.files}
+    now = {f.rel: f for f in new.files}
+    changed = {rel for rel, f in now.items() if before.get(rel) != f.digest} | (before.keys() - now.keys())
+    added: list[str] = []
+    replaced: list[str] = []
+    for name, handle in new_layout.endpoints.items():
+        previous = old_layout.endpoints.get(name)
+        if previous is None:
+            added.append(name)
+            continue
+        home = now.get(new_layout.homes[name])
+        if home is not None and home.error is not None:
+            continue
+        if (
+            spec_of(previous) != spec_of(handle)
+            or target_of(previous) != target_of(handle)
+            or _reach(new_layout.homes[name], now) & changed
+        ):
+            replaced.append(name)
+    removed = tuple(name for name in old_layout.endpoints if name not in new_layout.endpoints)
+    return Changes(tuple(added), tuple(replaced), removed)
+
+
+def _reach(rel: str, files: Mapping[str, SourceFile]) -> set[str]:
+    """``rel`` and every project file it refers to, directly or through others."""
+    seen = {rel}
+    todo = [rel]
+    while todo:
+        source = files.get(todo.pop())
+        for used in source.uses if source is not None else ():
+            if used not in seen:
+                seen.add(used)
+                todo.append(used)
+    return seen
