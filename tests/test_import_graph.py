@@ -56,6 +56,7 @@ EDGE = (
     "flashpoint.server",
     "flashpoint.embedded",
     "flashpoint.hosting",
+    "flashpoint.devserver",
 )
 #: the only edges from outside the edge into it: the SDK's default connection, importing lazily what it starts
 SEAMS = {

@@ -135,6 +135,9 @@ class SourceFile:
     #: sha256 of the source that ``endpoints`` came from
     digest: str
     endpoints: Mapping[str, AnyEndpoint] = field(default_factory=dict)
+    #: how a worker loads each endpoint, taken when the file loaded (a route endpoint's import path names the module
+    #: object of that load)
+    targets: Mapping[str, WorkerTarget] = field(default_factory=dict)
     #: the other project files whose module it refers to at module level (``import x``, ``from x import y``)
     uses: frozenset[str] = frozenset()
     error: str | None = None
@@ -187,12 +190,11 @@ def load_project(root: Path, previous: Project | None = None) -> Project:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             module = load_module(str(path))
             endpoints = load_endpoints(str(path)) if _declares(module) else {}
+            targets = {name: target_of(handle) for name, handle in endpoints.items()}
         except (Error, OSError) as exc:
-            old = before.get(rel)
-            kept = SourceFile(rel, old.module, old.digest, old.endpoints, old.uses) if old is not None else None
-            loaded.append((_failed(rel, kept, exc), None))
+            loaded.append((_failed(rel, before.get(rel), exc), None))
             continue
-        loaded.append((SourceFile(rel, module.__name__, digest, endpoints), module))
+        loaded.append((SourceFile(rel, module.__name__, digest, endpoints, targets), module))
     files = {f.module: f.rel for f, _ in loaded if f.module}
     result: list[SourceFile] = []
     for source, loaded_module in loaded:
@@ -208,7 +210,7 @@ def _failed(rel: str, kept: SourceFile | None, exc: BaseException) -> SourceFile
     error = str(exc) if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
     if kept is None:
         return SourceFile(rel, "", "", error=error)
-    return SourceFile(rel, kept.module, kept.digest, kept.endpoints, kept.uses, error=error)
+    return dataclasses.replace(kept, error=error)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -268,6 +270,8 @@ class Layout:
     endpoints: Mapping[str, AnyEndpoint]
     #: the file each endpoint is listed under
     homes: Mapping[str, str]
+    #: how a worker loads each endpoint
+    targets: Mapping[str, WorkerTarget] = field(default_factory=dict)
     #: what was left out, and why (name collisions, reserved prefixes), in words
     problems: tuple[str, ...] = ()
 
@@ -354,6 +358,7 @@ def build_layout(project: Project) -> Layout:
     in a file, a second route with one method and path, a file whose prefix starts with /v1 or /v2."""
     problems: list[str] = []
     owners: dict[str, tuple[AnyEndpoint, str]] = {}
+    targets: dict[str, WorkerTarget] = {}
     for source in project.files:
         first = source.prefix.split("/")[1]
         if source.endpoints and first in RESERVED_PREFIXES:
@@ -366,9 +371,11 @@ def build_layout(project: Project) -> Layout:
             known = owners.get(name)
             if known is None:
                 owners[name] = (handle, source.rel)
+                targets[name] = source.targets[name]
             elif _same_endpoint(known[0], handle):
                 if _defined_in(handle) == source.module:
                     owners[name] = (known[0], source.rel)
+                    targets[name] = source.targets[name]
             else:
                 problems.append(
                     f"{source.rel}: endpoint {name!r} left out: {known[1]} declares an endpoint of that name already; "
@@ -423,7 +430,7 @@ def build_layout(project: Project) -> Layout:
                     )
     endpoints = {name: handle for name, (handle, _) in owners.items()}
     homes = {name: home for name, (_, home) in owners.items()}
-    return Layout(calls, tuple(routes), endpoints, homes, tuple(problems))
+    return Layout(calls, tuple(routes), endpoints, homes, targets, tuple(problems))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -446,7 +453,8 @@ class Changes:
 
 
 def target_of(handle: Any) -> WorkerTarget:
-    """How a worker loads an endpoint (its import path, a pickled table, or its command)."""
+    """How a worker loads an endpoint (its import path, a pickled table, or its command): taken while the module
+    that declares it is the one in ``sys.modules``."""
     target: WorkerTarget = handle.worker_target()
     return target
 
@@ -475,7 +483,7 @@ def changes(old: Project, old_layout: Layout, new: Project, new_layout: Layout) 
             continue
         if (
             spec_of(previous) != spec_of(handle)
-            or target_of(previous) != target_of(handle)
+            or old_layout.targets.get(name) != new_layout.targets.get(name)
             or _reach(new_layout.homes[name], now) & changed
         ):
             replaced.append(name)

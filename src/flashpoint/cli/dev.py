@@ -1,0 +1,43 @@
+"""``flashpoint dev [DIR]``: every endpoint of a project folder behind Runpod Flash's ``flash dev`` URLs, reloaded on
+change.
+
+Edge module: may import anything in flashpoint, plus typer.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flashpoint.cli.serve import _api_keys
+from flashpoint.config import Settings
+from flashpoint.devserver import DevServer
+
+
+def dev(
+    folder: Annotated[Path, typer.Argument(help="The project folder: every .py file in it is scanned.")] = Path("."),
+    host: Annotated[
+        str, typer.Option(envvar="FLASH_HOST", help="Address to listen on; anything but loopback needs an API key.")
+    ] = "localhost",
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port", "-p", envvar="FLASH_PORT", help="Port to listen on; when busy, the next free of 20 (0: any)."
+        ),
+    ] = 8888,
+    reload: Annotated[
+        bool, typer.Option("--reload/--no-reload", help="Reload a changed file's endpoints; queued jobs stay.")
+    ] = True,
+) -> None:
+    """Serve every endpoint in a project folder with Flash's dev URLs (POST /<file>/runsync, /<file>/<function>/runsync,
+    routes under /<file>/...; /docs lists them) on this machine's GPUs, reloading when a file changes."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    settings = Settings.load(dict(os.environ))
+    keys = tuple(_api_keys(settings.api_key, []))
+    say = functools.partial(print, flush=True)
+    DevServer(folder, settings=settings, host=host, port=port, reload=reload, api_keys=keys, say=say).run()
