@@ -190,20 +190,42 @@ def load_project(root: Path, previous: Project | None = None) -> Project:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             module = load_module(str(path))
             endpoints = load_endpoints(str(path)) if _declares(module) else {}
-            targets = {name: target_of(handle) for name, handle in endpoints.items()}
         except (Error, OSError) as exc:
             loaded.append((_failed(rel, before.get(rel), exc), None))
             continue
-        loaded.append((SourceFile(rel, module.__name__, digest, endpoints, targets), module))
+        loaded.append((SourceFile(rel, module.__name__, digest, endpoints), module))
+    for source, fresh in loaded:
+        for handle in source.endpoints.values() if fresh is not None else ():
+            _drop_stale(handle)
     files = {f.module: f.rel for f, _ in loaded if f.module}
     result: list[SourceFile] = []
     for source, loaded_module in loaded:
         if loaded_module is not None:
+            try:  # a target pickles code for a shared name or routes from several modules: that may fail
+                targets = {name: target_of(handle) for name, handle in source.endpoints.items()}
+            except Exception as exc:
+                result.append(_failed(source.rel, before.get(source.rel), exc))
+                continue
             names = {_module_of(value) for value in list(vars(loaded_module).values())}
             uses = frozenset(files[name] for name in names if name in files and files[name] != source.rel)
-            source = dataclasses.replace(source, uses=uses)
+            source = dataclasses.replace(source, targets=targets, uses=uses)
         result.append(source)
     return Project(root, tuple(result))
+
+
+def _drop_stale(handle: Any) -> None:
+    """Members of a shared endpoint name (``endpoint.Shared``) declared by an earlier load of a file leave it: the
+    functions and classes of one name and the same options join one group, so a function renamed or removed since
+    would otherwise stay one of the endpoint's targets (in its calls, its input checks and its workers' table) until
+    its old handle is garbage collected."""
+    shared = getattr(handle, "shared", None)
+    if shared is None:
+        return
+    for name, member in list(shared.members.items()):
+        obj = getattr(member, "__wrapped__", None)
+        module = sys.modules.get(getattr(obj, "__module__", None) or "")
+        if module is None or not any(value is member for value in vars(module).values()):
+            del shared.members[name]
 
 
 def _failed(rel: str, kept: SourceFile | None, exc: BaseException) -> SourceFile:
@@ -268,8 +290,8 @@ class Layout:
     routes: tuple[RouteEntry, ...]
     #: every endpoint served, by name, in file order
     endpoints: Mapping[str, AnyEndpoint]
-    #: the file each endpoint is listed under
-    homes: Mapping[str, str]
+    #: the files each endpoint's callables and routes are listed under (its code's files)
+    homes: Mapping[str, tuple[str, ...]]
     #: how a worker loads each endpoint
     targets: Mapping[str, WorkerTarget] = field(default_factory=dict)
     #: what was left out, and why (name collisions, reserved prefixes), in words
@@ -286,14 +308,6 @@ def _same_endpoint(a: Any, b: Any) -> bool:
         return True
     shared = getattr(a, "shared", None)  # functions declared with one name and the same options: one endpoint
     return shared is not None and shared is getattr(b, "shared", None)
-
-
-def _defined_in(handle: Any) -> str | None:
-    """The module that declares an endpoint: its function's or class's (a route endpoint: its first route's)."""
-    if is_route_endpoint(handle):
-        return _module_of(route_table(handle)[0][2])
-    wrapped = getattr(handle, "__wrapped__", None)
-    return _module_of(wrapped) if wrapped is not None else None
 
 
 def _first_line(obj: Any) -> str:
@@ -352,13 +366,16 @@ def _calls_of(handle: Any) -> Iterator[tuple[str, str | None, str | None, Any, b
 
 
 def build_layout(project: Project) -> Layout:
-    """The URL layout of a loaded project (pure). An endpoint is listed under the file that declares it when that file
-    is part of the project (files importing it do not list it again), else under the first file holding it. Left out,
-    with a problem saying why: a second endpoint of a name another file's endpoint has, a second callable of one name
-    in a file, a second route with one method and path, a file whose prefix starts with /v1 or /v2."""
+    """The URL layout of a loaded project (pure). Each function, class method and route is listed under the file that
+    defines it when that file is part of the project (files importing it do not list it again; one endpoint name
+    shared by functions of several files lists each under its own), else under the first file holding its endpoint.
+    Left out, with a problem saying why: an endpoint of a name another file's endpoint (with other options) has, a
+    second callable of one name in a file, a second route with one method and path, a file whose prefix starts with
+    /v1 or /v2."""
     problems: list[str] = []
     owners: dict[str, tuple[AnyEndpoint, str]] = {}
     targets: dict[str, WorkerTarget] = {}
+    files: dict[str, SourceFile] = {}
     for source in project.files:
         first = source.prefix.split("/")[1]
         if source.endpoints and first in RESERVED_PREFIXES:
@@ -367,20 +384,39 @@ def build_layout(project: Project) -> Layout:
                 "rename the file or its folder"
             )
             continue
+        files[source.rel] = source
         for name, handle in source.endpoints.items():
             known = owners.get(name)
             if known is None:
                 owners[name] = (handle, source.rel)
                 targets[name] = source.targets[name]
-            elif _same_endpoint(known[0], handle):
-                if _defined_in(handle) == source.module:
-                    owners[name] = (known[0], source.rel)
-                    targets[name] = source.targets[name]
-            else:
+            elif not _same_endpoint(known[0], handle):
                 problems.append(
-                    f"{source.rel}: endpoint {name!r} left out: {known[1]} declares an endpoint of that name already; "
-                    "give each its own name="
+                    f"{source.rel}: endpoint {name!r} left out: {known[1]} declares one of that name with other "
+                    "options; give each its own name="
                 )
+    by_module = {source.module: rel for rel, source in files.items() if source.module}
+
+    def file_of(obj: Any, fallback: str) -> str:
+        return by_module.get(_module_of(obj) or "", fallback) if obj is not None else fallback
+
+    found: dict[str, list[Call]] = {rel: [] for rel in files}
+    declared: dict[str, list[tuple[str, str, str, Any]]] = {rel: [] for rel in files}
+    homes: dict[str, list[str]] = {}
+    for name, (handle, first) in owners.items():
+        where = homes.setdefault(name, [])
+        if is_route_endpoint(handle):
+            for method, route_path, fn in route_table(handle):
+                rel = file_of(fn, first)
+                declared[rel].append((name, method, route_path, fn))
+                where.append(rel)
+            continue
+        for label, target, class_method, fn, is_method in _calls_of(handle):
+            takes, example = _example(fn, skip_self=is_method) if fn is not None else (True, {})
+            rel = file_of(fn, first)
+            found[rel].append(Call("", name, label, rel, target, class_method, takes, example, _first_line(fn)))
+            where.append(rel)
+        where.append(first)
     calls: dict[str, Call] = {}
     routes: list[RouteEntry] = []
     taken: dict[tuple[str, str], str] = {}
@@ -393,44 +429,30 @@ def build_layout(project: Project) -> Layout:
         taken[key] = what
         return True
 
-    for source in project.files:
-        mine = [(name, handle) for name, (handle, home) in owners.items() if home == source.rel]
-        found: list[Call] = []
-        for name, handle in mine:
-            if is_route_endpoint(handle):
-                continue
-            for label, target, method, fn, is_method in _calls_of(handle):
-                takes, example = _example(fn, skip_self=is_method) if fn is not None else (True, {})
-                doc = _first_line(fn) if fn is not None else ""
-                found.append(Call("", name, label, source.rel, target, method, takes, example, doc))
+    for rel, source in files.items():
         names: set[str] = set()
         unique: list[Call] = []
-        for call in found:
+        for call in found[rel]:
             if call.name in names:
                 problems.append(
-                    f"{source.rel}: {call.name} of endpoint {call.endpoint!r} left out: the file has another callable "
-                    f"named {call.name}, and both would answer {source.prefix}/{call.name}/runsync"
+                    f"{rel}: {call.name} of endpoint {call.endpoint!r} left out: the file has another callable named "
+                    f"{call.name}, and both would answer {source.prefix}/{call.name}/runsync"
                 )
                 continue
             names.add(call.name)
             unique.append(call)
         for call in unique:
             path = f"{source.prefix}/runsync" if len(unique) == 1 else f"{source.prefix}/{call.name}/runsync"
-            if claim("POST", path, f"{source.rel}: {call.name}"):
+            if claim("POST", path, f"{rel}: {call.name}"):
                 calls[path] = dataclasses.replace(call, path=path)
-        for name, handle in mine:
-            if not is_route_endpoint(handle):
-                continue
-            for method, route_path, fn in route_table(handle):
-                path = source.prefix + route_path
-                if claim(method, path, f"{source.rel}: {fn.__name__}"):
-                    _, example = _example(fn, skip_self=False)
-                    routes.append(
-                        RouteEntry(method, path, name, source.prefix, fn.__name__, source.rel, example, _first_line(fn))
-                    )
+        for name, method, route_path, fn in declared[rel]:
+            path = source.prefix + route_path
+            if claim(method, path, f"{rel}: {fn.__name__}"):
+                _, example = _example(fn, skip_self=False)
+                routes.append(RouteEntry(method, path, name, source.prefix, fn.__name__, rel, example, _first_line(fn)))
     endpoints = {name: handle for name, (handle, _) in owners.items()}
-    homes = {name: home for name, (_, home) in owners.items()}
-    return Layout(calls, tuple(routes), endpoints, homes, targets, tuple(problems))
+    return Layout(calls, tuple(routes), endpoints, {n: tuple(dict.fromkeys(h)) for n, h in homes.items()}, targets,
+                  tuple(problems))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -466,8 +488,8 @@ def spec_of(handle: Any) -> EndpointSpec:
 
 def changes(old: Project, old_layout: Layout, new: Project, new_layout: Layout) -> Changes:
     """Compare two loads of a project (pure). An endpoint is replaced when its options or its worker's target
-    changed, or the source of its file, or of a project file its file refers to at module level (through others
-    too), changed; never while its own file fails to load (its workers could not load the new code)."""
+    changed, or the source of one of its files, or of a project file they refer to at module level (through others
+    too), changed; never while one of its files fails to load (its workers could not load the new code)."""
     before = {f.rel: f.digest for f in old.files}
     now = {f.rel: f for f in new.files}
     changed = {rel for rel, f in now.items() if before.get(rel) != f.digest} | (before.keys() - now.keys())
@@ -478,13 +500,13 @@ def changes(old: Project, old_layout: Layout, new: Project, new_layout: Layout) 
         if previous is None:
             added.append(name)
             continue
-        home = now.get(new_layout.homes[name])
-        if home is not None and home.error is not None:
+        homes = new_layout.homes[name]
+        if any(rel in now and now[rel].error is not None for rel in homes):
             continue
         if (
             spec_of(previous) != spec_of(handle)
             or old_layout.targets.get(name) != new_layout.targets.get(name)
-            or _reach(new_layout.homes[name], now) & changed
+            or set().union(*(_reach(rel, now) for rel in homes)) & changed
         ):
             replaced.append(name)
     removed = tuple(name for name in old_layout.endpoints if name not in new_layout.endpoints)

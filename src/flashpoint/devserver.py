@@ -81,7 +81,9 @@ def bind_port(host: str, port: int, attempts: int = PORT_ATTEMPTS) -> socket.soc
         ConfigError: every port tried is busy.
     """
     for candidate in [0] if port == 0 else range(port, min(port + attempts, 65536)):
-        try:
+        try:  # a probe first: listening_socket does not close its socket when the bind fails
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                probe.bind((host, candidate))
             return listening_socket(host, candidate)
         except OSError:
             continue
@@ -216,14 +218,18 @@ class DevApp:
         await self.inner(scope, receive, send)
 
     def _route(self, method: str, path: str) -> RouteEntry | None:
-        """The route a path matches: of the same method first; else any (its worker answers the 405)."""
-        other = None
+        """The route a path matches (of the same method first: another method's worker answers the 405); else, as
+        the server's proxy forwards anything under ``/<endpoint>/``, the first route of the longest file prefix the
+        path is under (its worker answers the 404)."""
+        other = under = None
         for entry, pattern in self._patterns:
             if pattern.fullmatch(path):
                 if entry.method == method:
                     return entry
                 other = other or entry
-        return other
+            elif path.startswith(entry.prefix + "/") and (under is None or len(entry.prefix) > len(under.prefix)):
+                under = entry
+        return other or under
 
     async def _authorized(self, scope: Scope, send: Send) -> bool:
         if not self.api_keys:
@@ -454,7 +460,8 @@ class DevSession:
         self.project, self.layout = project, layout
         self.app.layout = layout
         for rel, error in project.errors:
-            kept = "its last good version is served" if rel in layout.homes.values() else "not served"
+            served = any(rel in homes for homes in layout.homes.values())
+            kept = "its last good version is served" if served else "not served"
             self.say(f"flashpoint dev: {rel} failed to load ({kept}): {error}")
         for problem in layout.problems:
             self.say(f"flashpoint dev: {problem}")
