@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+import uvicorn
 from typer.testing import CliRunner
 
 from flashpoint.api.app import Dispatch, create_app
@@ -31,8 +32,8 @@ from flashpoint.errors import ConfigError
 from flashpoint.jobs import JobStatus, Reason
 from flashpoint.spec import WorkerTarget
 from flashpoint.wire import error_record
-from tests.api.test_routeproxy import serving
 from tests.apps import route_stub_worker
+from tests.conftest import eventually
 from tests.scheduler.door import BASE_URL, Door, open_door, until
 
 pytestmark = pytest.mark.timeout(60)
@@ -512,10 +513,20 @@ async def test_a_route_path_reaches_the_proxy_as_the_endpoints_path(dev: Callabl
 
 @pytest_asyncio.fixture
 async def stand_in() -> AsyncIterator[str]:
-    """The stand-in route worker (tests/apps/route_stub_worker.py), served on 127.0.0.1."""
+    """The stand-in route worker (tests/apps/route_stub_worker.py), served by uvicorn on 127.0.0.1 in this loop."""
     route_stub_worker.READY.set()
-    async with serving(route_stub_worker.app) as address:
-        yield address
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(route_stub_worker.app, log_level="critical", lifespan="off", timeout_graceful_shutdown=0.1)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await eventually(lambda: server.started or task.done(), 10, "uvicorn to start")
+        assert not task.done()
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
 
 
 async def test_routes_go_through_the_route_proxy_to_a_worker(dev: Callable[..., Awaitable[Rig]], stand_in: str) -> None:
