@@ -9,15 +9,14 @@ route proxy) and, in front of it, ``DevApp``: ``GET /``, ``/ping``, ``/docs`` an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import html
 import ipaddress
 import json
 import logging
 import os
 import re
 import secrets
-import shlex
 import socket
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from flashpoint.api.runpod import Intake, parse_body, submit_checked
 from flashpoint.api.workers import key_matches
 from flashpoint.backends.local import python_env
 from flashpoint.config import Settings
+from flashpoint.devdocs import docs_page
 from flashpoint.devlayout import (
     Call,
     Changes,
@@ -46,7 +46,7 @@ from flashpoint.devlayout import (
     load_project,
     spec_of,
 )
-from flashpoint.errors import BadInputError, ConfigError, Error
+from flashpoint.errors import BadInputError, ConfigError, Error, NotFoundError
 from flashpoint.hosting import http_url, listening_socket, open_backend
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
@@ -286,7 +286,8 @@ class DevApp:
             return
         view = await self._wait(job.id, receive)
         if view is None:  # the caller hung up: nobody will read the answer, so the job need not run
-            self.plane.cancel(job.id)
+            with contextlib.suppress(NotFoundError):  # gone already (its TTL)
+                self.plane.cancel(job.id)
             return
         if view.status is JobStatus.COMPLETED:
             await _send_json(send, 200, {"id": view.id, "status": view.status.value, "output": view.output})
@@ -331,67 +332,6 @@ def _base_url(scope: Scope) -> str:
         server_host, server_port = scope["server"][0], scope["server"][1]
         host = f"{server_host}:{server_port}"
     return f"{scope.get('scheme', 'http')}://{host or 'localhost'}"
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# /docs: one self-contained page (no script, no stylesheet, nothing fetched)
-
-_STYLE = (
-    "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;width:100%}"
-    "td,th{border-bottom:1px solid #ddd;padding:.5em;text-align:left;vertical-align:top}"
-    "code,pre{font-family:ui-monospace,monospace;font-size:.9em}pre{background:#f4f4f4;padding:.5em;"
-    "white-space:pre-wrap;margin:.3em 0}.m{font-weight:bold}.note{color:#666}"
-)
-
-
-def _curl(method: str, url: str, body: Any | None, keyed: bool) -> str:
-    words = ["curl", "-X", method, shlex.quote(url)]
-    if keyed:
-        words += ["-H", '"Authorization: Bearer $FLASHPOINT_API_KEY"']
-    if body is not None:
-        words += ["-H", shlex.quote("Content-Type: application/json"), "-d", shlex.quote(json.dumps(body))]
-    return " ".join(words)
-
-
-def _route_example(entry: RouteEntry, base: str, keyed: bool) -> str:
-    example = dict(entry.example)
-    path = re.sub(r"\{([^{}:]+)(?::[^{}]+)?\}", lambda m: str(example.pop(m.group(1), None) or m.group(1)), entry.path)
-    if entry.method == "GET":
-        query = "&".join(f"{k}={v}" for k, v in example.items() if isinstance(v, str | int | float))
-        return _curl("GET", base + path + (f"?{query}" if query else ""), None, keyed)
-    return _curl(entry.method, base + path, example, keyed)
-
-
-def docs_page(layout: Layout, base: str, *, keyed: bool = False, title: str = "") -> str:
-    """Every URL of the layout with its method, endpoint, function and a curl example, as one HTML page."""
-    rows: list[str] = []
-
-    def row(method: str, path: str, what: str, endpoint: str, doc: str, example: str) -> None:
-        cells = (
-            f'<td class="m">{html.escape(method)}</td><td><code>{html.escape(path)}</code></td>'
-            f"<td>{html.escape(what)}</td><td>{html.escape(endpoint)}</td>"
-            f"<td>{html.escape(doc)}<pre>{html.escape(example)}</pre></td>"
-        )
-        rows.append(f"<tr>{cells}</tr>")
-
-    for call in layout.calls.values():
-        body = {"input": dict(call.example)} if call.takes_input else None
-        row("POST", call.path, call.name, call.endpoint, call.doc, _curl("POST", base + call.path, body, keyed))
-    for entry in layout.routes:
-        row(entry.method, entry.path, entry.name, entry.endpoint, entry.doc, _route_example(entry, base, keyed))
-    problems = "".join(f"<li>{html.escape(p)}</li>" for p in layout.problems)
-    heading = html.escape(f"flashpoint dev{': ' + title if title else ''}")
-    return (
-        f'<!doctype html><html><head><meta charset="utf-8"><title>{heading}</title><style>{_STYLE}</style></head>'
-        f"<body><h1>{heading}</h1><p>Queue endpoints answer <code>POST .../runsync</code> with "
-        '<code>{"input": {...}}</code> (the function\'s arguments) and wait for the result; route endpoints answer '
-        "their own paths. Each endpoint is also served by name on Runpod's API "
-        "(<code>/v2/&lt;endpoint&gt;/run</code>, <code>/runsync</code>, <code>/status/&lt;id&gt;</code>, ...).</p>"
-        "<table><tr><th>Method</th><th>Path</th><th>Function</th><th>Endpoint</th><th>Example</th></tr>"
-        f"{''.join(rows)}</table>"
-        + (f'<h2>Left out</h2><ul class="note">{problems}</ul>' if problems else "")
-        + "</body></html>"
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
