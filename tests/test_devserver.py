@@ -549,6 +549,28 @@ async def test_routes_go_through_the_route_proxy_to_a_worker(dev: Callable[..., 
 # Reloads on the plane
 
 
+async def test_a_route_worker_retires_once_its_requests_in_flight_are_answered(
+    dev: Callable[..., Awaitable[Rig]], stand_in: str
+) -> None:
+    routes = HEAD + (
+        'api = Endpoint(name="lb-api", cpu="cpu3c-1-2", workers=(1, 1))\n'
+        '@api.get("/slow")\nasync def slow(seconds: float) -> dict:\n    return {}\n'
+    )
+    rig = await dev({"lb_worker.py": routes}, worker=stand_in)
+    old = rig.door.worker("lb-api")
+    await rig.door.ready(old)
+    request = asyncio.ensure_future(rig.client.get("/lb_worker/slow", params={"seconds": 1.5}))
+    await eventually(lambda: old.in_flight == 1 or request.done(), 10, "the request to reach the worker")
+    diff = rig.reload({"lb_worker.py": routes + "# edited\n"})
+    await rig.door.settle()
+    assert diff == Changes(replaced=("lb-api",))
+    assert old.retiring and old.id not in rig.door.backend.stopped  # its request is still being answered
+    assert (await request).json()["slept"] == 1.5
+    await eventually(lambda: old.id in rig.door.backend.stopped, 10, "the retired worker to stop")
+    (new,) = rig.door.workers("lb-api")
+    assert new is not old
+
+
 async def test_a_reload_replaces_the_changed_endpoints_workers_and_queued_jobs_stay(
     dev: Callable[..., Awaitable[Rig]],
 ) -> None:
