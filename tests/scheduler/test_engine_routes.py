@@ -282,3 +282,19 @@ async def test_closing_the_plane_answers_every_held_request() -> None:
     request = await held(door, "api")
     await door.plane.close()
     assert isinstance(await request, Explanation)
+
+
+async def test_a_retiring_route_worker_stops_once_its_last_request_is_answered() -> None:
+    door = await open_door()
+    spec = door.routes_endpoint(name="api", gpu=GpuType.NVIDIA_H200, workers=(1, 1))
+    (worker,) = await ready_workers(door, "api")
+    ep = door.plane.endpoint("api")
+    door.plane.take_route_worker(ep)
+    door.plane.take_route_worker(ep)
+    assert door.plane.redeclare(spec, WorkerTarget(import_path="x:api")) == 1  # new code: the worker retires
+    assert door.plane.take_route_worker(ep) is None  # it takes nothing new
+    door.plane.release_route_worker(ep, worker)
+    assert door.backend.stopped == []  # one request still in flight
+    door.plane.release_route_worker(ep, worker)
+    await door.settle()
+    assert door.backend.stopped == [worker.id]

@@ -3,8 +3,9 @@
 Everything here runs on one asyncio loop, so the state needs no locks. A worker is placed, not a job: jobs wait in
 their endpoint's queue, the plane starts workers where the planner finds devices, and workers pull jobs over HTTP.
 The concepts around the state machine live in rooms of their own: the scaling planner (``planner``, pure), worker
-supervision (``supervision``), group commit (``commit``), waiters and listeners (``waiters``), read models
-(``views``, pure), the records (``records``), the fleet index (``index``) and the Runpod wire format (``wire``).
+supervision (``supervision``), route endpoints' requests and readiness (``routeserving``, ``readiness``), group
+commit (``commit``), waiters and listeners (``waiters``), the reads (``reads``) and their read models (``views``,
+pure), the records (``records``), the fleet index (``index``) and the Runpod wire format (``wire``).
 
 ``reconcile()`` is the one place that starts or stops workers for scaling; events call it through ``kick()``, and
 ``tick()`` covers the clock (timeouts, idle scale-down, QUEUE_DELAY, start back-off). Reads (explanations, health,
@@ -23,7 +24,6 @@ from flashpoint import codec
 from flashpoint.backends.base import Backend
 from flashpoint.clock import SYSTEM_CLOCK, Clock
 from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotFoundError
-from flashpoint.explain import Explanation
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler import planner, readiness, views, watchdog
@@ -33,6 +33,7 @@ from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_s
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
 from flashpoint.scheduler.placement import NoFit, endpoint_notes, feasible_endpoint
 from flashpoint.scheduler.readiness import Probe
+from flashpoint.scheduler.reads import PlaneReads
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.routeserving import not_a_queue_endpoint, oldest_held, same_but_routes
 from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
@@ -48,7 +49,7 @@ MAX_RETRIES = 1
 MAX_JOB_LOG_LINES = 1000
 
 
-class ControlPlane(WorkerSupervision):
+class ControlPlane(PlaneReads, WorkerSupervision):
     """Owns queues, workers and the fleet ledger; serves the worker protocol's verbs and the route proxy's."""
 
     def __init__(
@@ -525,64 +526,6 @@ class ControlPlane(WorkerSupervision):
             self._stop_worker(worker, grace_s=1.0)
         self.kick()
 
-    # ----------------------------------------------------------------------------------------------------------------
-    # reads: they plan without applying, and change nothing
-
-    def explain_endpoint(self, name: str) -> Explanation:
-        ep = self.endpoint(name)
-        waiting = self.plan().waiting.get(name, ())
-        fleet = self.fleet_summary(ep.spec)
-        return views.explain(ep, None, waiting, position=None, fleet=fleet, notes=self.notes(ep.spec))
-
-    def explain_job(self, job_id: str) -> Explanation:
-        job = self.job(job_id)
-        ep = self.endpoint(job.endpoint)
-        position = self.book.position(ep, job) if job.status is JobStatus.IN_QUEUE else None
-        waiting = self.plan().waiting.get(ep.spec.name, ())
-        fleet = self.fleet_summary(ep.spec)
-        return views.explain(ep, job, waiting, position=position, fleet=fleet, notes=self.notes(ep.spec))
-
-    def health(self, endpoint: str) -> dict[str, Any]:
-        """Runpod's ``/health`` body."""
-        return views.health(self.endpoint(endpoint))
-
-    def fleet_view(self) -> list[dict[str, Any]]:
-        return views.fleet_rows(self.index)
-
-    def node_view(self) -> list[dict[str, Any]]:
-        """``GET /v1/fleet``'s nodes: each node's facts and the CPU workers reserving its cores and memory."""
-        return views.node_rows(self.index.nodes)
-
-    def endpoint_rows(self, name: str | None = None) -> list[dict[str, Any]]:
-        """``GET /v1/endpoints`` (or one endpoint's row): options, queue, workers, counters, explanation; one plan
-        serves every row."""
-        chosen = [self.endpoint(name)] if name is not None else list(self.endpoints.values())
-        waiting = self.plan().waiting
-        return [
-            views.endpoint_row(
-                ep,
-                views.explain(
-                    ep,
-                    None,
-                    waiting.get(ep.spec.name, ()),
-                    position=None,
-                    fleet=self.fleet_summary(ep.spec),
-                    notes=self.notes(ep.spec),
-                ),
-            )
-            for ep in chosen
-        ]
-
-    def gauges(self) -> list[views.EndpointGauges]:
-        """What a metrics scrape reads of each endpoint."""
-        return views.gauges(self.endpoints.values())
-
-    def list_jobs(
-        self, endpoint: str | None = None, status: JobStatus | None = None, limit: int = 100
-    ) -> list[JobView]:
-        """Jobs, newest first."""
-        return [job.view() for job in self.store.list(endpoint=endpoint, status=status, limit=limit)]
-
     async def settled(self) -> None:
         """Return once every reconcile asked for has run and every worker start and stop has reached the backend
         (the test door's way to wait for the plane, instead of sleeping)."""
@@ -618,21 +561,11 @@ class ControlPlane(WorkerSupervision):
         ep.start_failures = ep.start_losses = 0
         ep.next_start_at = 0.0
 
-        async def stop_when_answered(worker: Worker) -> None:
-            # release_route_worker stops nobody: look again each tick until its last request in flight is answered
-            while worker.in_flight and self.workers.get(worker.id) is worker:
-                await asyncio.sleep(self.tick_s)
-            if self.workers.get(worker.id) is worker:
-                self._stop_worker(worker)
-
         retired = [worker for worker in ep.workers.values() if worker.live]
         for worker in retired:
             worker.retiring = True
-            if worker.in_flight:
-                task = asyncio.get_running_loop().create_task(stop_when_answered(worker))
-                self._polls.add(task)  # cancelled at close with the readiness polls
-                task.add_done_callback(self._polls.discard)
-            elif not worker.jobs:  # else the end of its last job stops it (_after_job)
+            # else the end of its last job (_after_job), or its last request in flight (release_route_worker), stops it
+            if not worker.jobs and not worker.in_flight:
                 self._stop_worker(worker)
         self.kick()
         return len(retired)

@@ -155,12 +155,16 @@ class RouteServing(ABC):
             timer.cancel()
 
     def release_route_worker(self, ep: EndpointState, worker: Worker) -> None:
-        """The request handed to ``worker`` is answered (or failed): one fewer in flight."""
+        """The request handed to ``worker`` is answered (or failed): one fewer in flight. A retiring worker (its
+        endpoint was redeclared) stops once its last request is answered, as a queue worker does after its last
+        job."""
         worker.in_flight -= 1
         ep.in_flight -= 1
         if not worker.in_flight and worker.state is _RUNNING:
             worker.state = _IDLE
             worker.idle_since = self.clock.monotonic()
+            if worker.retiring and self.workers.get(worker.id) is worker:
+                self._stop_worker(worker)
             self._kick_if_someone_waits()
 
     def _hand(self, ep: EndpointState, worker: Worker) -> None:
