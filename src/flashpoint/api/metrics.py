@@ -3,10 +3,11 @@ what route endpoints' requests took, per endpoint and route."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -20,6 +21,8 @@ DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60
 EXECUTION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
 #: seconds; a proxied request takes a millisecond, or a cold start (minutes), or a long stream
 ROUTE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
+#: their ``le`` labels, as prometheus_client writes them ("0.0005", "1.0", "+Inf")
+_ROUTE_LE = (*(repr(float(bound)) for bound in ROUTE_BUCKETS), "+Inf")
 
 
 class _PlaneCollector:
@@ -90,37 +93,63 @@ class _PlaneCollector:
 class RouteMetrics:
     """What route endpoints' requests took: a counter by endpoint, method, route and status, and a latency histogram
     (arrival to the answer's end, a held request's wait included) by endpoint, method and route. ``route`` is the
-    declared template a request matched (``/items/{item_id}``) or ``other``, so label values stay bounded."""
+    declared template a request matched (``/items/{item_id}``) or ``other``, so label values stay bounded.
+
+    A request costs two dictionary updates and a bisection: the counts are plain numbers, turned into Prometheus
+    families when a scrape reads them (prometheus_client's own ``Counter.inc`` and ``Histogram.observe`` took a lock
+    each, about a twentieth of a proxied request's time). Everything runs on the server's one event loop.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "flashpoint_route_requests",
-            "Requests to route endpoints, by endpoint, method, route template and status (0: closed mid-answer)",
-            ["endpoint", "method", "route", "status"],
-            registry=registry,
-        )
-        self.latency = Histogram(
-            "flashpoint_route_request_seconds",
-            "Time from a route request's arrival to the end of its answer",
-            ["endpoint", "method", "route"],
-            registry=registry,
-            buckets=ROUTE_BUCKETS,
-        )
-        self._counters: dict[tuple[str, str, str, int], Counter] = {}
-        self._latencies: dict[tuple[str, str, str], Histogram] = {}
+        #: requests per (endpoint, method, route, status)
+        self._requests: dict[tuple[str, str, str, int], int] = {}
+        #: per (endpoint, method, route): requests per bucket of ROUTE_BUCKETS (the last: beyond them), then the sum
+        #: of their seconds
+        self._latency: dict[tuple[str, str, str], list[float]] = {}
+        registry.register(self)
 
     def observe(self, endpoint: str, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request (the proxy calls this for every one)."""
         key = (endpoint, method, route, status)
-        counter = self._counters.get(key)
-        if counter is None:  # labels() takes a lock and builds a key: once per label set, not once per request
-            counter = self._counters[key] = self.requests.labels(endpoint, method, route, str(status))
-        counter.inc()
+        requests = self._requests
+        requests[key] = requests.get(key, 0) + 1
         where = (endpoint, method, route)
-        latency = self._latencies.get(where)
-        if latency is None:
-            latency = self._latencies[where] = self.latency.labels(endpoint, method, route)
-        latency.observe(seconds)
+        buckets = self._latency.get(where)
+        if buckets is None:
+            buckets = self._latency[where] = [0.0] * (len(ROUTE_BUCKETS) + 2)
+        buckets[bisect_left(ROUTE_BUCKETS, seconds)] += 1
+        buckets[-1] += seconds
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        requests, latency = self._families()
+        for (endpoint, method, route, status), count in self._requests.items():
+            requests.add_metric([endpoint, method, route, str(status)], count)
+        for (endpoint, method, route), buckets in self._latency.items():
+            cumulative: list[tuple[str, float]] = []
+            total = 0.0
+            for bound, seen in zip(_ROUTE_LE, buckets, strict=False):
+                total += seen
+                cumulative.append((bound, total))
+            latency.add_metric([endpoint, method, route], cumulative, buckets[-1])
+        return [requests, latency]
+
+    @staticmethod
+    def _families() -> tuple[CounterMetricFamily, HistogramMetricFamily]:
+        return (
+            CounterMetricFamily(
+                "flashpoint_route_requests",
+                "Requests to route endpoints, by endpoint, method, route template and status (0: closed mid-answer)",
+                labels=["endpoint", "method", "route", "status"],
+            ),
+            HistogramMetricFamily(
+                "flashpoint_route_request_seconds",
+                "Time from a route request's arrival to the end of its answer",
+                labels=["endpoint", "method", "route"],
+            ),
+        )
 
 
 class PlaneMetrics:

@@ -64,6 +64,9 @@ _DROP_RESPONSE = HOP_BY_HOP | {b"date", b"server"}
 _METHODS = frozenset({*ROUTE_METHODS, "HEAD", "OPTIONS"})
 #: the route label of a request that matches no declared route (bounds the metrics' label values)
 OTHER = "other"
+#: an answer of known length up to this size is read whole and sent on in one message (most JSON answers): cheaper
+#: than pumping chunks, and it has arrived whole by the time its head is read, or nearly
+_WHOLE = 64 * 1024
 
 
 class _TooLarge(Exception):
@@ -346,8 +349,11 @@ class RouteProxy:
                     }
                 )
                 started = True
-                if response.content_length is None and scope["method"] != "HEAD":
+                length = response.content_length
+                if length is None and scope["method"] != "HEAD":
                     await self._stream_watching(response, receive, send)  # chunked, SSE: may go on for long
+                elif length is not None and length <= _WHOLE:
+                    await send({"type": "http.response.body", "body": await response.read()})  # one message
                 else:
                     await _pump(response, send)
             finally:
