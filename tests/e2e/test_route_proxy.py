@@ -29,9 +29,9 @@ KEY = "route-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
-def start(tmp: Path, *args: str, app: str = APP, fleet: str = FLEET) -> Served:
+def start(tmp: Path, *args: str, app: str = APP, fleet: str = FLEET, ray: bool = False) -> Served:
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not (ray and k.startswith("RAY_"))},
         "FLASHPOINT_SIMULATED_GPUS": fleet,
         "FLASHPOINT_API_KEY": KEY,
         "FLASHPOINT_STATE_DIR": str(tmp / "state"),
@@ -212,3 +212,17 @@ def test_the_embedded_plane_serves_route_endpoints_and_flashpoint_gpus_shows_the
         [sys.executable, "-m", "flashpoint", "explain", "api"], env=env, capture_output=True, text=True, timeout=60
     )
     assert explained.returncode == 0 and "endpoint api: no request waiting" in explained.stdout, explained.stdout
+
+
+@pytest.mark.ray
+def test_a_route_worker_on_ray_serves_on_its_nodes_address_through_the_proxy(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    served = start(tmp_path, "--backend", "ray", app=f"{APP}:cold", fleet="NVIDIA_H200:1", ray=True)
+    try:
+        got = echo(httpx.get(f"{served.url}/cold/whoami", headers=AUTH, timeout=120))
+        (worker,) = row(served, "cold")["workers"]
+        host, _, port = worker["address"].rpartition(":")
+        assert got["worker"] == worker["id"] and got["port"] == port  # the port the actor chose on its node
+        assert host  # the node's address, which the server reaches
+    finally:
+        served.stop()
