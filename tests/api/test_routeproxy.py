@@ -217,6 +217,8 @@ async def test_a_client_that_hangs_up_mid_stream_ends_the_exchange(rig: Rig) -> 
 
 async def test_statuses_and_headers_come_back_as_the_worker_sent_them(rig: Rig) -> None:
     await rig.warm()
+    head = await rig.client.head("/api/echo", headers=AUTH)
+    assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) > 0
     response = await rig.client.post("/api/status/418", headers=AUTH)
     assert response.status_code == 418 and response.json() == {"status": 418}
     assert response.headers.get_list("server") == ["uvicorn"] and len(response.headers.get_list("date")) == 1
