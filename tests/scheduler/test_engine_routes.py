@@ -184,8 +184,25 @@ async def test_a_route_worker_never_ready_is_a_failed_start_with_its_back_off_an
     (reason,) = door.plane.explain_endpoint("api").reasons
     assert reason.code.value == "start_backoff" and "was not ready within 30s" in reason.detail
     assert "still answered 204" in reason.detail
+    assert door.workers("api") == [] and door.backend.workers[worker.id].stops == [0.0]  # killed, devices back
     await door.step(1)  # the back-off (0.5 s) passed: another worker
     assert len(door.backend.started) == 2
+
+
+async def test_held_requests_given_up_after_workers_never_ready_hear_why() -> None:
+    door = await open_door(route_ready_timeout_s=30.0)
+    door.routes_endpoint(name="api", gpu=GpuType.NVIDIA_H200)
+    request = await held(door, "api")
+    for _ in range(MAX_START_ATTEMPTS):
+        await until(lambda: len(door.backend.running) == 1, "a worker to start")
+        door.clock.advance(30)
+        await door.ready(door.worker("api"), None)  # nothing ever listened on its port
+        if not request.done():
+            await door.step(30)  # past the back-off
+    explanation = await request
+    assert isinstance(explanation, Explanation)
+    (reason,) = explanation.reasons
+    assert reason.code.value == "start_backoff" and "nothing answered on its port" in reason.detail
 
 
 async def test_route_workers_that_exit_before_they_are_ready_fail_their_held_requests_after_the_limit() -> None:

@@ -100,6 +100,9 @@ class RouteServing(ABC):
     def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None: ...
 
     @abstractmethod
+    def _lose(self, worker: Worker, why: str) -> None: ...
+
+    @abstractmethod
     def explain_endpoint(self, name: str) -> Explanation: ...
 
     def _init_routes(self, probe: Probe, ready_timeout_s: float, poll_s: tuple[float, float]) -> None:
@@ -251,14 +254,16 @@ class RouteServing(ABC):
         self._kick_if_someone_waits()
 
     def _never_ready(self, worker: Worker, status: int | None) -> None:
-        """A failed start: the worker did not answer /ping 200 within the limit. It is stopped; the back-off and
-        the explanation are a failed start's."""
+        """A failed start: the worker did not answer /ping 200 within the limit. It is given up at once (killed,
+        its devices back), so the back-off and the explanation, the held requests' included, are a failed start's
+        (not a stopping worker's)."""
         ep = self.endpoints[worker.endpoint]
-        worker.stderr_tail.append(
-            f"flashpoint: worker {worker.id} was not ready within {self.route_ready_timeout_s:g}s "
-            f"(FLASHPOINT_ROUTE_READY_TIMEOUT_S): {readiness.describe(status)}"
+        why = (
+            f"it was not ready within {self.route_ready_timeout_s:g}s (FLASHPOINT_ROUTE_READY_TIMEOUT_S): "
+            f"{readiness.describe(status)}"
         )
-        self._stop_worker(worker)
+        worker.stderr_tail.append(f"flashpoint: worker {worker.id} {why}")
+        self._lose(worker, why)
         self._start_failed(ep, worker, -1)
 
     async def _close_routes(self) -> None:
