@@ -93,6 +93,7 @@ class EmbeddedServer:
         from starlette.applications import Starlette
         from starlette.routing import Mount
 
+        from flashpoint.api.runpod import Intake, client_routes
         from flashpoint.api.transport import (
             CoalescingHttpToolsProtocol,
             default_max_connections,
@@ -120,8 +121,11 @@ class EmbeddedServer:
         )
         # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
         native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))
+        # Runpod's client routes, for code in workers calling other endpoints with their caller keys (this process's
+        # own calls skip HTTP); pickles allowed: every caller here runs this program's own code
+        clients = client_routes(self.plane, (self.api_key,), Intake({}, allow_pickle=True))
         # HTTP-route endpoints under /NAME/, with this plane's API key (its announcement file holds it)
-        app = _LazyRoutes(Starlette(routes=[*worker_routes(self.plane), native]), self.plane, self.api_key,
+        app = _LazyRoutes(Starlette(routes=[*worker_routes(self.plane), *clients, native]), self.plane, self.api_key,
                           wait_s=self.settings.route_wait_s)  # fmt: skip
         open_files = raise_open_file_limit()
         config = uvicorn.Config(

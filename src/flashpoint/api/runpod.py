@@ -21,11 +21,19 @@ from flashpoint.api.webhooks import check_webhook_url
 from flashpoint.api.workers import json_response, key_matches
 from flashpoint.errors import BadInputError, Error, NotFoundError
 from flashpoint.jobs import Job, JobStatus
+from flashpoint.scheduler.credentials import bearer, caller_of
 from flashpoint.scheduler.loop import ControlPlane
 
 #: keys of a job request, besides ``input``, that are handed to the worker as they are
 PASSTHROUGH = ("webhook", "s3Config", "policy", "webhookV2")
 _DAY_MS = 24 * 3600 * 1000
+#: where the request scope holds the worker whose caller key a request carries
+CALLER_SCOPE_KEY = "flashpoint.caller"
+#: why a caller key is refused on a route it does not open
+CALLER_REFUSED = (
+    "a worker's caller key (FLASHPOINT_CALLER_KEY) opens only run, runsync, and status, stream and cancel of the jobs "
+    "that worker started; give the endpoint FLASHPOINT_URL and FLASHPOINT_API_KEY to do more"
+)
 #: every route accepts every method and answers a wrong one itself, as JSON
 _ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -56,7 +64,9 @@ async def _job_request(request: Request, plane: ControlPlane, endpoint: str, int
     """Parse and check a /run or /runsync body, then submit it: nothing is stored unless every check passes."""
     plane.endpoint(endpoint)  # 404 before anything else
     raw = await request.body()
-    return submit_checked(plane, endpoint, parse_body(raw), intake, size=len(raw))
+    caller = request.scope.get(CALLER_SCOPE_KEY)
+    record = None if caller is None else {"caller": caller}  # the worker whose caller key started it
+    return submit_checked(plane, endpoint, parse_body(raw), intake, size=len(raw), record=record)
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -158,11 +168,24 @@ def _has_pickle(payload: Any, meta: dict[str, Any] | None) -> bool:
     return any(isinstance(v, dict) and codec.PICKLE_KEY in v for v in (payload, init))
 
 
-def _own_job(plane: ControlPlane, endpoint: str, job_id: str) -> Job:
+def _own_job(plane: ControlPlane, endpoint: str, job_id: str, caller: str | None = None) -> Job:
+    """Job ``job_id`` of ``endpoint``; with a ``caller`` (a worker's caller key), only a job that worker started."""
     job = plane.job(job_id)
-    if job.endpoint != endpoint:
+    if job.endpoint != endpoint or (caller is not None and not started_by(job, caller)):
         raise NotFoundError(f"endpoint {endpoint!r} has no job {job_id!r}")
     return job
+
+
+def started_by(job: Job, caller: str) -> bool:
+    """Whether worker ``caller`` started ``job`` with its caller key (its ``flashpoint`` metadata says so)."""
+    meta = job.extra.get("flashpoint")
+    return isinstance(meta, dict) and meta.get("caller") == caller
+
+
+def request_caller(request: Request) -> str | None:
+    """The worker whose caller key this request carries (``None``: an API key, or no key needed)."""
+    caller: str | None = request.scope.get(CALLER_SCOPE_KEY)
+    return caller
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -194,9 +217,15 @@ def _route(
     async def endpoint(request: Request) -> Response:
         if request.method != method:  # checked here: a bare router would answer 405 in plain text
             return json_response(error_body("method_not_allowed", f"use {method} {request.url.path}"), 405)
-        if keys and not key_matches(request.headers.get("authorization"), keys):
-            message = "missing or wrong API key: send Authorization: Bearer KEY (or the raw key)"
-            return json_response(error_body("unauthorized", message), 401)
+        header = request.headers.get("authorization")
+        if keys and not key_matches(header, keys):
+            caller = caller_of(bearer(header), plane.worker_credential)
+            if caller is None:
+                message = "missing or wrong API key: send Authorization: Bearer KEY (or the raw key)"
+                return json_response(error_body("unauthorized", message), 401)
+            if handler not in CALLER_HANDLERS:
+                return json_response(error_body("forbidden", CALLER_REFUSED), 403)
+            request.scope[CALLER_SCOPE_KEY] = caller[1]
         try:
             return await handler(request, plane, request.path_params["endpoint"], intake)
         except Error as exc:
@@ -223,19 +252,20 @@ async def _runsync(request: Request, plane: ControlPlane, endpoint: str, intake:
 
 
 async def _status(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    return json_response(_own_job(plane, endpoint, request.path_params["job_id"]).view().to_json())
+    job = _own_job(plane, endpoint, request.path_params["job_id"], request_caller(request))
+    return json_response(job.view().to_json())
 
 
 async def _stream(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
     wait = query_ms(request, "wait", 0, 0, 60_000)  # flashpoint's extension: hold for a chunk up to this long
-    job = _own_job(plane, endpoint, request.path_params["job_id"])
+    job = _own_job(plane, endpoint, request.path_params["job_id"], request_caller(request))
     view, chunks = await plane.read_chunks(job.id, wait / 1000)
     # each chunk is {"output": ...}, with its encoding beside it when a worker sent it binary to an SDK caller
     return json_response({"id": view.id, "status": view.status.value, "stream": chunks})
 
 
 async def _cancel(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    job = _own_job(plane, endpoint, request.path_params["job_id"])
+    job = _own_job(plane, endpoint, request.path_params["job_id"], request_caller(request))
     view = plane.cancel(job.id)
     return json_response({"id": view.id, "status": view.status.value})
 
@@ -251,6 +281,10 @@ async def _purge(request: Request, plane: ControlPlane, endpoint: str, intake: I
 
 async def _health(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
     return json_response(plane.health(endpoint))
+
+
+#: what a worker's caller key opens here: calling endpoints and following the jobs that worker started
+CALLER_HANDLERS: frozenset[Handler] = frozenset({_run, _runsync, _status, _stream, _cancel})
 
 
 def client_routes(plane: ControlPlane, api_keys: tuple[str, ...], intake: Intake) -> list[Route]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Callable
 
 
 def worker_credential(secret: bytes, endpoint: str, worker_id: str) -> str:
@@ -18,3 +19,50 @@ def worker_credential(secret: bytes, endpoint: str, worker_id: str) -> str:
     message = endpoint.encode("utf-8", "surrogatepass") + b"\x00" + worker_id.encode("utf-8", "surrogatepass")
     digest = hmac.new(secret, message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+#: what starts a caller key (``caller_credential``): no worker key or API key the plane makes starts so
+CALLER_PREFIX = "fpc."
+
+
+def caller_credential(worker_key: str, endpoint: str, worker_id: str) -> str:
+    """The caller key of worker ``worker_id`` of ``endpoint``, whose worker key is ``worker_key``.
+
+    Code in a worker calls other endpoints with it (``FLASHPOINT_CALLER_KEY``). It names its worker, so the plane
+    checks it without state: ``fpc.`` + the endpoint and worker id (URL-safe base64) + ``.`` + an HMAC of them under
+    the worker key (itself an HMAC under the plane's secret). It cannot be turned back into the worker key, and it
+    opens only the client routes ``caller_of``'s users allow (``api/runpod.py``, ``api/deps.py``).
+    """
+    who = endpoint.encode("utf-8", "surrogatepass") + b"\x00" + worker_id.encode("utf-8", "surrogatepass")
+    mac = hmac.new(worker_key.encode("ascii"), b"caller\x00" + who, hashlib.sha256).digest()
+    return CALLER_PREFIX + _b64(who) + "." + _b64(mac)
+
+
+def caller_of(token: str, worker_key_of: Callable[[str, str], str]) -> tuple[str, str] | None:
+    """``(endpoint, worker id)`` of a genuine caller key, else ``None``; the MAC is compared in constant time.
+
+    ``worker_key_of(endpoint, worker_id)`` is the plane's ``worker_credential``.
+    """
+    if not token.startswith(CALLER_PREFIX) or len(token) > 1024:
+        return None
+    named, _, _mac = token[len(CALLER_PREFIX) :].partition(".")
+    try:
+        who = base64.urlsafe_b64decode(named + "=" * (-len(named) % 4))
+        endpoint, worker_id = (part.decode("utf-8", "surrogatepass") for part in who.split(b"\x00"))
+    except ValueError:  # bad base64, not two parts, not UTF-8
+        return None
+    expected = caller_credential(worker_key_of(endpoint, worker_id), endpoint, worker_id)
+    if not hmac.compare_digest(token.encode(), expected.encode()):
+        return None
+    return endpoint, worker_id
+
+
+def bearer(header: str | None) -> str:
+    """The key in an ``Authorization`` header (``Bearer KEY`` or the raw key); empty without one."""
+    if not header:
+        return ""
+    return (header[7:] if header[:7].lower() == "bearer " else header).strip()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")

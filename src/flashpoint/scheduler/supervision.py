@@ -26,6 +26,7 @@ from flashpoint.backends.base import Backend, ExitCallback, Launch, LineCallback
 from flashpoint.clock import Clock
 from flashpoint.errors import BackendError, NotReadyError
 from flashpoint.jobs import Job, JobError, JobStatus, Reason
+from flashpoint.scheduler.credentials import caller_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder, Node
@@ -162,16 +163,21 @@ class Supervisor:
                 "FLASHPOINT_MAX_RESULT_BYTES": str(self.max_result_bytes),
             }
         )
+        key = self._credential(name, worker.id)
         env.update(
             wire.worker_env(
                 self.base_url,
                 name,
                 worker.id,
                 gpu=(model or "cpu").replace(" ", "-"),
-                key=self._credential(name, worker.id),
+                key=key,
                 ping_interval_s=self.ping_interval_s,
             )
         )
+        # code in the worker calling another endpoint (a route awaiting a queue function) reaches the plane's client
+        # routes here, with a key that opens only calls and the jobs this worker started (default_connection.py)
+        env["FLASHPOINT_CALLER_URL"] = self.base_url
+        env["FLASHPOINT_CALLER_KEY"] = caller_credential(key, name, worker.id)
         if self.parent_pid is not None:
             env["FLASHPOINT_PARENT_PID"] = str(self.parent_pid)
         return env
