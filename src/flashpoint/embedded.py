@@ -93,7 +93,6 @@ class EmbeddedServer:
         from starlette.applications import Starlette
         from starlette.routing import Mount
 
-        from flashpoint.api.runpod import Intake, client_routes
         from flashpoint.api.transport import (
             CoalescingHttpToolsProtocol,
             default_max_connections,
@@ -122,11 +121,12 @@ class EmbeddedServer:
         # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
         native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))
         # Runpod's client routes, for code in workers calling other endpoints with their caller keys (this process's
-        # own calls skip HTTP); pickles allowed: every caller here runs this program's own code
-        clients = client_routes(self.plane, (self.api_key,), Intake({}, allow_pickle=True))
+        # own calls skip HTTP), built on their first request
+        clients = _LazyClientRoutes(self.plane, self.api_key)
         # HTTP-route endpoints under /NAME/, with this plane's API key (its announcement file holds it)
-        app = _LazyRoutes(Starlette(routes=[*worker_routes(self.plane), *clients, native]), self.plane, self.api_key,
-                          wait_s=self.settings.route_wait_s)  # fmt: skip
+        inner = Starlette(routes=[*worker_routes(self.plane), native])
+        inner.router.default = clients  # what no route takes
+        app = _LazyRoutes(inner, self.plane, self.api_key, wait_s=self.settings.route_wait_s)
         open_files = raise_open_file_limit()
         config = uvicorn.Config(
             app,
@@ -273,6 +273,34 @@ class EmbeddedServer:
                 if state.status is not JobStatus.COMPLETED:
                     raise job_failure(state)
                 return
+
+
+class _LazyClientRoutes:
+    """Runpod's client routes (``/v2/NAME/run``, ...), built on the first request under ``/v2/`` that no worker route
+    took: they import FastAPI's error handling and the webhooks' aiohttp (about 0.3 s), which a script's cold start
+    should not pay when no worker calls another endpoint. Pickles are allowed: every caller here runs this program's
+    own code. Other paths get Starlette's own 404."""
+
+    def __init__(self, plane: ControlPlane, api_key: str) -> None:
+        from starlette.routing import Router
+
+        self._plane = plane
+        self._key = api_key
+        self._clients: Any = None
+        self._none = Router(routes=[])
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not scope.get("path", "").startswith("/v2/"):
+            await self._none(scope, receive, send)
+            return
+        if self._clients is None:
+            from starlette.routing import Router
+
+            from flashpoint.api.runpod import Intake, client_routes
+
+            routes = client_routes(self._plane, (self._key,), Intake({}, allow_pickle=True))
+            self._clients = Router(routes=routes)
+        await self._clients(scope, receive, send)
 
 
 class _LazyRoutes:
