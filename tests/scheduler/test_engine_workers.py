@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from flashpoint import GpuType, QueueFullError
+from flashpoint import GpuGroup, GpuType, QueueFullError
 from flashpoint.jobs import JobStatus, Reason
 from flashpoint.scheduler.records import WorkerState
 from flashpoint.scheduler.supervision import MAX_START_ATTEMPTS
@@ -107,3 +107,19 @@ async def test_the_queue_is_capped_by_the_bytes_of_its_inputs() -> None:
     door.plane.cancel(big.id)  # its bytes leave the queue with it
     door.submit("capped", size=1000)
     assert (door.plane.book.queued_jobs, door.plane.book.queued_bytes) == (2, 1000)
+
+
+async def test_workers_never_inherit_the_servers_own_keys() -> None:
+    # Given a plane whose own environment holds the server's API key and a server URL (flashpoint serve's)
+    door = await open_door(worker_env={"FLASHPOINT_API_KEY": "admin-key", "FLASHPOINT_URL": "http://x", "KEEP": "1"})
+    door.endpoint(name="plain", gpu=GpuGroup.ANY)
+    door.endpoint(name="chosen", gpu=GpuGroup.ANY, env={"FLASHPOINT_API_KEY": "its-own"})
+    door.submit("plain")
+    door.submit("chosen")
+    await door.settle()
+
+    # Then workers get neither (they call the plane with their own caller key), unless the endpoint's env sets one
+    plain = door.backend.launch(door.worker("plain").id).env
+    assert "FLASHPOINT_API_KEY" not in plain and "FLASHPOINT_URL" not in plain
+    assert plain["KEEP"] == "1" and plain["FLASHPOINT_CALLER_KEY"] != "admin-key"
+    assert door.backend.launch(door.worker("chosen").id).env["FLASHPOINT_API_KEY"] == "its-own"

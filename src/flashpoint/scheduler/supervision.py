@@ -51,6 +51,10 @@ LOST_START_BACKOFF_MAX_S = 5.0
 FAILED_START_BACKOFF_MAX_S = 30.0
 #: log lines kept per job
 MAX_JOB_LOG_LINES = 1000
+#: variables of the plane's own environment a worker does not inherit: the server's API keys would open everything
+#: to any endpoint's code (a worker calls the plane with its own narrow caller key); an endpoint's ``env`` may still
+#: set them on purpose
+PLANE_CREDENTIALS = ("FLASHPOINT_API_KEY", "FLASHPOINT_URL")
 
 
 def failed_start_delay(failures: int) -> float:
@@ -143,6 +147,8 @@ class Supervisor:
         name = ep.spec.name
         model = worker.placement().gpu_model
         env = dict(self.worker_env)
+        for variable in PLANE_CREDENTIALS:  # the server's own keys never reach the code it runs
+            env.pop(variable, None)
         env.update(ep.spec.env)
         env.update(volumes.worker_env(ep.spec.volumes, volumes.volumes_root()))
         node = self._node_of(worker.node)
