@@ -168,6 +168,9 @@ class Server:
         # read after the app is imported: an app may declare its simulated fleet itself (the examples do)
         simulated = self.settings.simulated_gpus or os.environ.get("FLASHPOINT_SIMULATED_GPUS") or None
         backend, worker_env, parent_pid = open_backend(self.settings, simulated)
+        # route workers accept the bodies the server's proxy forwards (it refuses larger ones first); exact: bytes
+        # over a power of two
+        worker_env["FLASHPOINT_MAX_BODY_MB"] = repr(self.max_body_bytes / 2**20)
         store = SQLiteJobStore(self.db)
         sock = listening_socket(self.host, self.port)
         port = sock.getsockname()[1]

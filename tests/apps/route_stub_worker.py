@@ -78,7 +78,9 @@ async def status(request: Request) -> Response:
 
 
 async def whoami(request: Request) -> Response:
-    return JSONResponse({"worker": WORKER, "pid": os.getpid(), "port": os.environ.get("PORT")})
+    variables = ("PORT", "PORT_HEALTH", "FLASHPOINT_ROUTE_HOST", "FLASHPOINT_MAX_BODY_MB")
+    return JSONResponse({"worker": WORKER, "pid": os.getpid(), "port": os.environ.get("PORT"),
+                         "env": {name: os.environ.get(name) for name in variables}})  # fmt: skip
 
 
 ANY = ["GET", "POST", "PUT", "PATCH", "DELETE"]

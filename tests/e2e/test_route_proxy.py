@@ -92,10 +92,14 @@ def test_a_stream_comes_through_chunk_by_chunk(server: Served) -> None:
 def test_the_first_request_waits_for_a_cold_worker_scale_from_zero(server: Served) -> None:
     assert row(server, "cold")["workers"] == []
     began = time.monotonic()
-    got = echo(httpx.get(f"{server.url}/cold/echo", headers=AUTH, timeout=60))
+    got = echo(httpx.get(f"{server.url}/cold/whoami", headers=AUTH, timeout=60))
     assert got["worker"].startswith("cold-w1-")
     (worker,) = row(server, "cold")["workers"]
-    assert worker["state"] == "IDLE" and worker["address"].startswith("127.0.0.1:")
+    assert worker["state"] == "IDLE" and worker["address"] == f"127.0.0.1:{got['port']}"
+    # Runpod's load-balanced contract, plus the address to bind and the server's body limit (--max-body-mb 0.01)
+    limit = got["env"].pop("FLASHPOINT_MAX_BODY_MB")
+    assert got["env"] == {"PORT": got["port"], "PORT_HEALTH": got["port"], "FLASHPOINT_ROUTE_HOST": "127.0.0.1"}
+    assert float(limit) * 2**20 == int(0.01 * 2**20)  # the server's own limit, in bytes exactly
     assert time.monotonic() - began < 60
 
 
