@@ -230,3 +230,33 @@ def test_a_route_worker_on_ray_serves_on_its_nodes_address_through_the_proxy(tmp
         assert host  # the node's address, which the server reaches
     finally:
         served.stop()
+
+
+ROUTE_CLIENT = """
+import asyncio, json
+from flashpoint import Endpoint
+
+async def main() -> None:
+    api = Endpoint(id="api")
+    posted = await api.post("/items/7", {"a": 1})
+    got = await api.get("/echo", {"tag": "x"})
+    print(json.dumps({"post": posted, "get": got}))
+
+asyncio.run(main())
+"""
+
+
+def test_flashs_client_verbs_call_a_route_endpoint_through_the_proxy(server: Served, tmp_path: Path) -> None:
+    # Endpoint(id=...).post/get, as a Flash client script calls a load-balanced endpoint, against the real proxy
+    script = tmp_path / "route_client.py"
+    script.write_text(ROUTE_CLIENT)
+    env = {**os.environ, "FLASHPOINT_URL": server.url, "FLASHPOINT_API_KEY": KEY,
+           "FLASHPOINT_STATE_DIR": str(tmp_path / "client-state")}  # fmt: skip
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    posted, got = answers["post"], answers["get"]
+    assert (posted["method"], posted["path"]) == ("POST", "/items/7")
+    assert json.loads(posted["body"]) == {"a": 1}
+    assert (got["method"], got["path"], got["query"]) == ("GET", "/echo", "tag=x")
+    assert all(name != "authorization" for name, _ in posted["headers"] + got["headers"])
