@@ -17,12 +17,12 @@ from starlette.types import Receive, Scope, Send
 from flashpoint._version import __version__
 from flashpoint.api import errors, native
 from flashpoint.api.flashroute import FlashRoute, is_flash_call
-from flashpoint.api.limits import BodyLimit
 from flashpoint.api.metrics import PlaneMetrics, metrics_route
 from flashpoint.api.routeproxy import RouteProxy
 from flashpoint.api.runpod import Intake, client_routes
 from flashpoint.api.webhooks import Webhooks
 from flashpoint.api.workers import json_response, worker_routes
+from flashpoint.bodylimit import BodyLimit
 from flashpoint.scheduler.loop import ControlPlane
 
 log = logging.getLogger("flashpoint.api")

@@ -47,6 +47,8 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from flashpoint import bodylimit
+from flashpoint.bodylimit import BodyLimit
 from flashpoint.routes import Route, path_params
 
 __all__ = ["BODY_METHODS", "MAX_BODY_BYTES", "create_app"]
@@ -89,7 +91,9 @@ def create_app(routes: Sequence[Route], *, max_body_bytes: int = MAX_BODY_BYTES)
         except Exception as exc:
             raise TypeError(f"route {method} {path} ({fn.__name__}) cannot be served: {exc}") from exc
     # the last added is the outermost: errors around the body limit around FastAPI's own handling
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=max_body_bytes, advice="send less, or raise the worker's FLASHPOINT_MAX_BODY_MB"
+    )
     app.add_middleware(Errors)
     return app
 
@@ -327,7 +331,7 @@ class Errors:
 #: where the frames between the server and a route function live (left out of the traceback a worker prints)
 _FRAMEWORK = tuple(
     os.path.dirname(module.__file__ or "") + os.sep for module in (anyio, asyncio, fastapi, starlette)
-) + (__file__,)
+) + (__file__, bodylimit.__file__)
 
 
 def _from_user_code(tb: types.TracebackType | None) -> types.TracebackType | None:
@@ -337,53 +341,3 @@ def _from_user_code(tb: types.TracebackType | None) -> types.TracebackType | Non
     while first is not None and first.tb_frame.f_code.co_filename.startswith(_FRAMEWORK):
         first = first.tb_next
     return first if first is not None else tb
-
-
-class _TooLarge(BaseException):
-    """Raised from ``receive``; a BaseException so that nothing inside turns it into a 500 or a 400 first."""
-
-
-class BodyLimit:
-    """Bodies over ``max_bytes`` get 413 ``payload_too_large``, by Content-Length or while they stream in."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._reject(send)
-            return
-        seen = 0
-        started = False
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counted, tracked)
-        except _TooLarge:
-            if not started:
-                await self._reject(send)
-
-    async def _reject(self, send: Send) -> None:
-        message = (
-            f"request body is larger than the limit of {self.max_bytes} bytes; send less, or raise the worker's "
-            "FLASHPOINT_MAX_BODY_MB"
-        )
-        await _send_json(send, 413, _error_body("payload_too_large", message, message))

@@ -1,26 +1,39 @@
-"""Request body size limit for client routes: a JSON 413 before anything is parsed or stored.
+"""Request body size limit, as plain ASGI middleware: a JSON 413 ``payload_too_large`` before anything is parsed.
 
-Worker routes never pass through it (``api.app.Dispatch`` sends them to their own router): their bodies are results
-of authenticated workers.
+One piece for the server's client routes (``api.app``) and for route workers (``worker/routeapp.py``); only the
+advice in the message differs. Standard library only, so both the edge and worker processes can use it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, TypeAlias
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+# the ASGI types, as Starlette spells them (``starlette.types``), so that this module imports no HTTP stack
+Scope: TypeAlias = MutableMapping[str, Any]
+Message: TypeAlias = MutableMapping[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[Message]]
+Send: TypeAlias = Callable[[Message], Awaitable[None]]
+ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+__all__ = ["BodyLimit"]
 
 
 class _TooLarge(BaseException):
-    """Raised from ``receive``; a BaseException so that no handler inside turns it into a 500 first."""
+    """Raised from ``receive``; a BaseException so that no handler inside turns it into a 500 or a 400 first."""
 
 
 class BodyLimit:
-    """Reject bodies over ``max_bytes`` with 413 ``payload_too_large``, by Content-Length or while streaming."""
+    """Reject bodies over ``max_bytes`` with 413 ``payload_too_large``, by Content-Length or while streaming.
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    ``advice`` ends the message: how the caller can get a larger body through (the server's flag, a worker's variable).
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, advice: str = "send less, or raise --max-body-mb") -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.advice = advice
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,7 +67,7 @@ class BodyLimit:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        message = f"request body is larger than the limit of {self.max_bytes} bytes; send less, or raise --max-body-mb"
+        message = f"request body is larger than the limit of {self.max_bytes} bytes; {self.advice}"
         payload = json.dumps({"error": message, "code": "payload_too_large", "message": message}).encode()
         await send(
             {
