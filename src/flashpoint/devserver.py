@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import json
 import logging
 import os
@@ -47,7 +46,7 @@ from flashpoint.devlayout import (
     spec_of,
 )
 from flashpoint.errors import BadInputError, ConfigError, Error, NotFoundError
-from flashpoint.hosting import http_url, listening_socket, open_backend
+from flashpoint.hosting import http_url, listening_socket, loopback, open_backend
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.server import input_checkers
@@ -88,15 +87,6 @@ def bind_port(host: str, port: int, attempts: int = PORT_ATTEMPTS) -> socket.soc
         except OSError:
             continue
     raise ConfigError(f"no free port on {host} from {port} to {port + attempts - 1}; choose another with --port")
-
-
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # --------------------------------------------------------------------------------------------------------------------

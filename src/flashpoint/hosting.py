@@ -5,6 +5,7 @@ Shared by ``server.py`` (``flashpoint serve``) and ``embedded.py`` (the SDK's in
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 
@@ -50,6 +51,17 @@ def listening_socket(host: str, port: int) -> socket.socket:
     # instead of being refused
     sock.listen(2048)
     return sock
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address to listen on) is this machine only: ``localhost`` or a loopback address.
+    A server bound anywhere else needs an API key."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def http_url(host: str, port: int) -> str:

@@ -6,7 +6,6 @@ The SDK's in-process server is ``embedded.py``; what both need to host a control
 from __future__ import annotations
 
 import inspect
-import ipaddress
 import os
 import secrets
 import tempfile
@@ -18,7 +17,7 @@ from flashpoint import codec
 from flashpoint.config import Settings
 from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import BadInputError, ConfigError
-from flashpoint.hosting import http_url, listening_socket, open_backend
+from flashpoint.hosting import http_url, listening_socket, loopback, open_backend
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
 
@@ -86,15 +85,6 @@ def _needs_target(name: str, targets: list[str]) -> Callable[[Any], None]:
     return check
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class Server:
     """``flashpoint serve``: the app's endpoints behind Runpod's HTTP API, with a durable SQLite job store."""
 
@@ -132,7 +122,7 @@ class Server:
                 raise ConfigError(f"--{name} must be positive, got {value}")
         if route_wait_s is not None and not route_wait_s >= 0:
             raise ConfigError(f"--route-wait-s must be 0 or more seconds, got {route_wait_s}")
-        if not api_keys and not _loopback(host):
+        if not api_keys and not loopback(host):
             raise ConfigError(
                 f"refusing to listen on {host} without an API key: anyone who can reach it could run jobs. "
                 "Set FLASHPOINT_API_KEY=<key> (or pass --api-key KEY), or serve on 127.0.0.1"
