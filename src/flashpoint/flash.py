@@ -80,7 +80,7 @@ class ResourceManager:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError(
             "ResourceManager tracks resources in Runpod's cloud; flashpoint has none: "
-            "`flashpoint status` and `flashpoint explain` show its endpoints"
+            "`flashpoint explain` and `flashpoint gpus` show its endpoints and their workers"
         )
 
 
