@@ -150,7 +150,8 @@ class Supervisor:
         for variable in PLANE_CREDENTIALS:  # the server's own keys never reach the code it runs
             env.pop(variable, None)
         env.update(ep.spec.env)
-        env.update(volumes.worker_env(ep.spec.volumes, volumes.volumes_root()))
+        if ep.spec.volumes:
+            env.update(volumes.worker_env(ep.spec.volumes, volumes.volumes_root()))
         node = self._node_of(worker.node)
         env.update(
             {
