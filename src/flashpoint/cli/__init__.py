@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from flashpoint._version import __version__
-from flashpoint.cli import dev, explain, gpus, run, serve
+from flashpoint.cli import dev, env, explain, gpus, run, serve
 from flashpoint.errors import Error
 
 __all__ = ["app", "main"]
@@ -31,6 +31,7 @@ app.command("serve")(serve.serve)
 app.command("ray-flags")(gpus.ray_flags)
 app.command("run", context_settings=run.CONTEXT)(run.run)
 app.command("dev")(dev.dev)
+app.add_typer(env.app, name="env")
 
 
 def _version(value: bool) -> None:

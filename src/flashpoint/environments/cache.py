@@ -1,0 +1,424 @@
+"""The environment cache: one virtual environment per requirement set, built once, shared by every endpoint and process.
+
+Layout of the cache root (``$FLASHPOINT_ENV_DIR``, else ``~/.flashpoint/envs``)::
+
+    <key>/                    a finished environment; it exists only once complete (renamed into place)
+    <key>.json                EnvironmentRecord: requirements, python, created, last_used, endpoints
+    <key>.lock                the key's flock (lock.py); never deleted
+    <key>.building            BuildProgress while a build runs
+    <key>.failed              BuildFailure of the last build, raised again until a retry
+    .<key>.tmp-<pid>-<token>/ a build in progress, or what a crashed one left (removed by the next builder)
+    .<key>.trash-<token>/     an environment being removed
+
+Everything that changes a key (build, hit bookkeeping, removal) happens under its lock, so a waiter that gets the
+lock after a build finds the environment done (a hit) or the failure recorded, and never builds twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from flashpoint.environments.build import BuildFailed, build_environment, env_python, inherited_paths, uv_binary
+from flashpoint.environments.keys import KEY_LENGTH, PythonId, environment_key, normalize_requirements
+from flashpoint.environments.lock import KeyLock, is_locked
+from flashpoint.environments.pipconfig import read_pip_config, uv_options
+from flashpoint.environments.records import (
+    BuildFailure,
+    BuildProgress,
+    EnvironmentRecord,
+    bounded_tail,
+    read_json,
+    write_json,
+)
+
+__all__ = ["CacheEntry", "Environment", "EnvironmentCache", "PruneReport", "default_root"]
+
+_KEY = re.compile(rf"[0-9a-f]{{{KEY_LENGTH}}}")
+_LEFTOVER = re.compile(rf"^\.([0-9a-f]{{{KEY_LENGTH}}})\.(tmp|trash)-")
+_R = TypeVar("_R", EnvironmentRecord, BuildProgress, BuildFailure)
+
+
+def default_root() -> Path:
+    """``$FLASHPOINT_ENV_DIR``, else ``~/.flashpoint/envs``."""
+    override = os.environ.get("FLASHPOINT_ENV_DIR")
+    return Path(override).expanduser() if override else Path.home() / ".flashpoint" / "envs"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A finished environment: run ``python`` to be inside it."""
+
+    key: str
+    #: the environment's directory
+    path: Path
+    #: its interpreter: ``<path>/bin/python``
+    python: Path
+    site_packages: Path
+    #: normalised (``keys.normalize_requirements``)
+    requirements: tuple[str, ...]
+    #: host directories appended to ``sys.path`` after ``site_packages`` (the host's site-packages, flashpoint's home)
+    inherited: tuple[str, ...] = ()
+    #: whether the ``ensure`` that returned it ran the installer (false: it was found in the cache)
+    built: bool = False
+
+    def pythonpath(self, entries: Sequence[str]) -> list[str]:
+        """``entries`` (a parent's ``sys.path``, for ``PYTHONPATH``) without the directories the environment inherits.
+
+        ``PYTHONPATH`` comes before site-packages on ``sys.path``, so a worker started in this environment with its
+        parent's full path would import the host's packages over the environment's pins. The inherited directories
+        still reach it, after its own, through the ``.pth``.
+        """
+        dropped = {os.path.realpath(p) for p in self.inherited}
+        return [entry for entry in entries if entry and os.path.realpath(entry) not in dropped]
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One environment as ``flashpoint env list`` shows it."""
+
+    key: str
+    path: Path
+    #: ``None`` when its ``<key>.json`` is missing or unreadable
+    record: EnvironmentRecord | None
+    #: bytes of its files (each hard-linked file once), measured when listed
+    size: int
+
+
+@dataclass
+class PruneReport:
+    """What ``prune`` did."""
+
+    removed: list[str] = field(default_factory=list)
+    #: keys left alone because their lock was held (a build, or a hit's bookkeeping, at that moment)
+    busy: list[str] = field(default_factory=list)
+
+
+class EnvironmentCache:
+    """Builds and finds per-endpoint environments under ``root``.
+
+    Args:
+        root: the cache directory; ``default_root()`` when ``None``.
+        clock: seconds since the epoch, for ``created``/``last_used``/``prune`` (tests inject one).
+        pip_config: a ``pip config list`` mapping to translate instead of asking this interpreter's pip (tests).
+        interpreter: the Python the environments are built on; this one by default. Its host environment's
+            site-packages are inherited, so it must be the interpreter flashpoint runs in.
+    """
+
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        pip_config: dict[str, str] | None = None,
+        interpreter: str | None = None,
+    ) -> None:
+        self.root = Path(root) if root is not None else default_root()
+        self.clock = clock
+        self.python = PythonId.current()
+        self.interpreter = interpreter or sys.executable
+        self._pip_config = pip_config
+        self._count_lock = threading.Lock()
+        #: times this instance ran the installer, failed builds included (a hit or a recorded failure does not
+        #: count): what tests assert instead of timing
+        self.builds = 0
+
+    # -- paths
+
+    def _file(self, key: str, suffix: str) -> Path:
+        return self.root / f"{key}{suffix}"
+
+    def key(self, requirements: Iterable[str]) -> str:
+        """The key ``ensure`` would use for ``requirements`` (``InvalidRequirementError`` for a bad one)."""
+        return environment_key(requirements, self.python)
+
+    # -- the verb the plane calls
+
+    def ensure(
+        self,
+        requirements: Iterable[str],
+        *,
+        endpoint: str,
+        on_line: Callable[[str], None] | None = None,
+        retry: bool = False,
+    ) -> Environment:
+        """The environment holding ``requirements``, built now when the cache has none. Blocking: call it in a thread.
+
+        Args:
+            requirements: pip requirement strings (``EndpointSpec.dependencies``).
+            endpoint: the endpoint asking, recorded in the environment's metadata.
+            on_line: receives every line of the installer's output while this call builds (and one line saying so
+                when it waits for another process's build).
+            retry: build again even though the last build of this requirement set failed.
+
+        Raises:
+            InvalidRequirementError: a requirement is not one PEP 508 requirement; nothing ran.
+            EnvironmentBuildError: the build failed now, or failed before and ``retry`` is false (``recorded``).
+        """
+        say = on_line or (lambda line: None)
+        reqs = normalize_requirements(requirements)
+        key = environment_key(reqs, self.python)
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock = KeyLock(self._file(key, ".lock"))
+        if not lock.acquire(blocking=False):
+            progress = self.building(key)
+            if progress is not None:
+                say(
+                    f"waiting for process {progress.pid}, which has been building environment {key} for "
+                    f"{progress.elapsed(self.clock()):.0f} s (last line: {progress.last_line or '-'})"
+                )
+            lock.acquire()
+        try:
+            # we hold the lock, so a progress record here was left by a builder that died
+            with contextlib.suppress(FileNotFoundError):
+                self._file(key, ".building").unlink()
+            found = self._finished(key, endpoint)
+            if found is not None:
+                return found
+            failure = self.failure(key)
+            if failure is not None and not retry:
+                raise failure.error(recorded=True)
+            return self._build(key, reqs, endpoint, say)
+        finally:
+            lock.release()
+
+    def _finished(self, key: str, endpoint: str) -> Environment | None:
+        """Under the lock: the finished environment (its record touched), or ``None``; removes a broken one."""
+        path = self.root / key
+        if not path.is_dir():
+            return None
+        data = read_json(self._file(key, ".json"))
+        record = _parse(EnvironmentRecord, data)
+        if record is None or not record.site_packages or not env_python(path).exists():
+            # no record to describe it, or its interpreter is gone (the host Python was removed): build it again
+            self._remove(key)
+            return None
+        endpoints = record.endpoints if endpoint in record.endpoints else (*record.endpoints, endpoint)
+        write_json(self._file(key, ".json"), replace(record, last_used=self.clock(), endpoints=endpoints).to_json())
+        return _environment(path, record, built=False)
+
+    def _build(self, key: str, reqs: tuple[str, ...], endpoint: str, say: Callable[[str], None]) -> Environment:
+        """Under the lock: build ``key`` in a temporary directory and rename it into place."""
+        with self._count_lock:
+            self.builds += 1
+        self._clean_leftovers(key)
+        with contextlib.suppress(FileNotFoundError):
+            self._file(key, ".failed").unlink()
+        progress = BuildProgress(key=key, pid=os.getpid(), started=self.clock(), endpoint=endpoint, requirements=reqs)
+        progress_file = self._file(key, ".building")
+        write_json(progress_file, progress.to_json())
+
+        def line(text: str) -> None:
+            nonlocal progress
+            progress = replace(progress, last_line=text, lines=progress.lines + 1)
+            write_json(progress_file, progress.to_json())
+            say(text)
+
+        tmp = self.root / f".{key}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        inherit = inherited_paths()
+        try:
+            config = self._pip_config if self._pip_config is not None else read_pip_config(self.interpreter)
+            line(f"building environment {key} for endpoint {endpoint!r}: {' '.join(reqs) or '(no requirements)'}")
+            purelib = build_environment(
+                tmp,
+                reqs,
+                python=self.interpreter,
+                uv=uv_binary(),
+                options=uv_options(config),
+                inherit=inherit,
+                on_line=line,
+                cwd=self.root,
+            )
+            now = self.clock()
+            record = EnvironmentRecord(
+                key=key,
+                requirements=reqs,
+                python=self.python.tag,
+                host=self.python.prefix,
+                created=now,
+                last_used=now,
+                endpoints=(endpoint,),
+                site_packages=str(purelib.relative_to(tmp)),
+                inherited=tuple(inherit),
+            )
+            # the record first, the directory last: the directory's existence is what "done" means
+            write_json(self._file(key, ".json"), record.to_json())
+            os.rename(tmp, self.root / key)
+        except BuildFailed as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            failure = BuildFailure(
+                key=key,
+                requirements=reqs,
+                endpoint=endpoint,
+                failed_at=self.clock(),
+                message=(
+                    f"could not build the environment for endpoint {endpoint!r} ({', '.join(reqs)}): {exc}. Fix the "
+                    "dependencies; if the cause has passed (the network, say), retry: ensure(..., retry=True) or "
+                    "`flashpoint env prune --failed`"
+                ),
+                returncode=exc.returncode,
+                output_tail=bounded_tail(exc.tail),
+            )
+            write_json(self._file(key, ".failed"), failure.to_json())
+            raise failure.error(recorded=False) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                progress_file.unlink()
+        return _environment(self.root / key, record, built=True)
+
+    # -- what other processes can read
+
+    def building(self, key: str) -> BuildProgress | None:
+        """The build of ``key`` running now (in any process), or ``None``."""
+        progress = _parse(BuildProgress, read_json(self._file(key, ".building")))
+        if progress is None or not is_locked(self._file(key, ".lock")):
+            return None  # no record, or one left by a builder that died: nobody holds the lock
+        return progress
+
+    def in_progress(self) -> list[BuildProgress]:
+        """Every build running now, in any process, oldest first."""
+        found = [self.building(path.name[: -len(".building")]) for path in self._glob("*.building")]
+        return sorted((p for p in found if p is not None), key=lambda p: p.started)
+
+    def failure(self, key: str) -> BuildFailure | None:
+        """The recorded failure of ``key``'s last build, or ``None``."""
+        return _parse(BuildFailure, read_json(self._file(key, ".failed")))
+
+    def failures(self) -> list[BuildFailure]:
+        """Every recorded failure, oldest first."""
+        found = [self.failure(path.name[: -len(".failed")]) for path in self._glob("*.failed")]
+        return sorted((f for f in found if f is not None), key=lambda f: f.failed_at)
+
+    def entries(self) -> list[CacheEntry]:
+        """Every finished environment, most recently used first, with its size measured now."""
+        entries = []
+        for path in self._glob("*"):
+            if _KEY.fullmatch(path.name) and path.is_dir():
+                record = _parse(EnvironmentRecord, read_json(self._file(path.name, ".json")))
+                entries.append(CacheEntry(key=path.name, path=path, record=record, size=_disk_size(path)))
+        return sorted(entries, key=lambda e: -(e.record.last_used if e.record else 0.0))
+
+    # -- removal
+
+    def prune(self, *, unused_for_s: float | None = None, everything: bool = False) -> PruneReport:
+        """Remove environments unused for ``unused_for_s`` seconds (by ``last_used``), or all with ``everything``
+        (their failure records too).
+
+        A key whose lock is held right now is skipped and reported ``busy``: it is being built, and removing the
+        directory under a builder would break its rename. Environments are removed by renaming them aside first, so an
+        interrupted removal never leaves a half environment under the key's name.
+        """
+        if unused_for_s is None and not everything:
+            raise ValueError("prune needs unused_for_s or everything=True")
+        report = PruneReport()
+        keys = {p.name for p in self._glob("*") if _KEY.fullmatch(p.name) and p.is_dir()}
+        keys |= {p.name[: -len(".json")] for p in self._glob("*.json") if _KEY.fullmatch(p.name[: -len(".json")])}
+        if everything:
+            keys |= {p.name[: -len(".failed")] for p in self._glob("*.failed")}
+        keys |= {m.group(1) for p in self._glob(".*") if (m := _LEFTOVER.match(p.name))}
+        now = self.clock()
+        for key in sorted(keys):
+            lock = KeyLock(self._file(key, ".lock"))
+            if not lock.acquire(blocking=False):
+                report.busy.append(key)
+                continue
+            try:
+                self._clean_leftovers(key)
+                record = _parse(EnvironmentRecord, read_json(self._file(key, ".json")))
+                exists = (self.root / key).is_dir()
+                if not everything and exists and record is not None:
+                    assert unused_for_s is not None
+                    if now - record.last_used < unused_for_s:
+                        continue
+                if everything:
+                    with contextlib.suppress(FileNotFoundError):
+                        self._file(key, ".failed").unlink()
+                if exists or record is not None:
+                    self._remove(key)
+                    if exists:
+                        report.removed.append(key)
+            finally:
+                lock.release()
+        return report
+
+    def forget_failures(self) -> list[str]:
+        """Delete every recorded failure, so the next ``ensure`` of those keys builds again; their keys."""
+        forgotten = []
+        for path in self._glob("*.failed"):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                forgotten.append(path.name[: -len(".failed")])
+        return sorted(forgotten)
+
+    def _remove(self, key: str) -> None:
+        """Under the lock: remove ``key``'s environment and record (its lock file stays: see lock.py)."""
+        path = self.root / key
+        if path.is_dir():
+            trash = self.root / f".{key}.trash-{secrets.token_hex(4)}"
+            os.rename(path, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            self._file(key, ".json").unlink()
+
+    def _clean_leftovers(self, key: str) -> None:
+        """Under the lock: remove temporary and trash directories of ``key`` left by a process that died."""
+        for path in self._glob(f".{key}.*"):
+            if _LEFTOVER.match(path.name) and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _glob(self, pattern: str) -> list[Path]:
+        try:
+            return sorted(self.root.glob(pattern))
+        except OSError:
+            return []
+
+
+def _environment(path: Path, record: EnvironmentRecord, *, built: bool) -> Environment:
+    return Environment(
+        key=record.key,
+        path=path,
+        python=env_python(path),
+        site_packages=path / record.site_packages,
+        requirements=record.requirements,
+        inherited=record.inherited,
+        built=built,
+    )
+
+
+def _parse(kind: type[_R], data: dict[str, Any] | None) -> _R | None:
+    """``kind.from_json(data)``, or ``None`` when there is no data or it has the wrong shape."""
+    if data is None:
+        return None
+    try:
+        return kind.from_json(data)
+    except (TypeError, ValueError):
+        return None
+
+
+def _disk_size(path: Path) -> int:
+    """Bytes of the files under ``path``, not following links; a file hard-linked twice counts once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
