@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import ssl
 import time
 from collections import OrderedDict
@@ -226,6 +227,12 @@ class HTTPConnection:
         except NotFoundError:
             served = await self._served()
             listing = f"it serves {', '.join(served)}" if served else "it serves no endpoint"
+            if self.url == os.environ.get("FLASHPOINT_CALLER_URL", "").rstrip("/"):  # inside a worker
+                raise NotFoundError(
+                    f"the control plane that runs this worker has no endpoint {name!r} ({listing}): a script's "
+                    "endpoints are registered at their first call, so call it once from the script before code in a "
+                    "worker calls it, or serve the file that declares both (`flashpoint serve app.py`)"
+                ) from None
             raise NotFoundError(
                 f"the flashpoint server at {self.url} has no endpoint {name!r} ({listing}); serve the file that "
                 "declares it (`flashpoint serve app.py`), or unset FLASHPOINT_URL to run it in this process"

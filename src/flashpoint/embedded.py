@@ -305,7 +305,7 @@ class _LazyClientRoutes:
 
 class _LazyRoutes:
     """``app``, with requests under ``/{route endpoint}/`` going to a route proxy, built once a route endpoint is
-    registered: an embedded server without route endpoints never imports aiohttp (a quarter of a second)."""
+    registered: an embedded server without route endpoints never imports the proxy or its client."""
 
     def __init__(self, app: Any, plane: ControlPlane, api_key: str, *, wait_s: float) -> None:
         self._app = app

@@ -1,5 +1,5 @@
 """The embedded server's cold start pays for no HTTP stack it does not use: FastAPI (native API, Runpod's client
-routes' errors) and aiohttp (the route proxy, webhooks) are imported on the first request that needs them, in a fresh
+routes' errors) and aiohttp (webhooks) are imported on the first request that needs them, in a fresh
 interpreter."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The server's proxy to HTTP-route endpoints: ``METHOD /{endpoint}/{path}`` goes to a ready worker of that endpoint.
 
-Edge module: aiohttp (the client: it measured 4-5x less time per proxied request than httpx's streaming client here)
-and Starlette's request types; it reaches the plane through its route verbs only (``take_route_worker``,
-``hold_route_worker``, ``release_route_worker``, ``routed``).
+Edge module: Starlette's request types, and ``api/upstream.py``'s pooled HTTP/1.1 client to workers (a third of
+aiohttp's CPU per proxied request, which on cores shared with the workers is throughput); it reaches the plane through
+its route verbs only (``take_route_worker``, ``hold_route_worker``, ``release_route_worker``, ``routed``).
 
 One request, in order: the server's API key (401; the key is never forwarded), the body, read whole up to the server's
 limit (413 ``payload_too_large`` before anything is forwarded), a worker (the one with the fewest requests in flight;
@@ -16,7 +16,7 @@ already sent cannot change. The plane learns of a lost worker by its exit, as fo
 
 Deadlines: connecting to a worker ``CONNECT_TIMEOUT_S``; each read from it (its answer's head, then every gap between
 two chunks) the endpoint's ``execution_timeout_ms``, or ``READ_TIMEOUT_S`` when it has none. The client's own reads are
-the server's (``api/transport.py``). One pooled aiohttp session per server keeps connections to workers alive.
+the server's (``api/transport.py``). One ``Upstream`` per server keeps connections to workers alive.
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
-from yarl import URL
 
 from flashpoint import codec
+from flashpoint.api.upstream import Exchange, Upstream, WorkerLost, WorkerTimeout
 from flashpoint.api.workers import key_matches
 from flashpoint.explain import Explanation
 from flashpoint.scheduler.loop import ControlPlane
@@ -64,9 +63,6 @@ _DROP_RESPONSE = HOP_BY_HOP | {b"date", b"server"}
 _METHODS = frozenset({*ROUTE_METHODS, "HEAD", "OPTIONS"})
 #: the route label of a request that matches no declared route (bounds the metrics' label values)
 OTHER = "other"
-#: an answer of known length up to this size is read whole and sent on in one message (most JSON answers): cheaper
-#: than pumping chunks, and it has arrived whole by the time its head is read, or nearly
-_WHOLE = 64 * 1024
 
 
 class _TooLarge(Exception):
@@ -138,33 +134,19 @@ class RouteProxy:
         self.metrics = metrics
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
-        self._session: aiohttp.ClientSession | None = None
+        #: pooled connections to workers
+        self.upstream = Upstream(connect_timeout_s=connect_timeout_s)
         #: per endpoint: its routes (to see when they change) and their matcher
         self._matchers: dict[str, tuple[tuple[RouteSpec, ...], Callable[[str, str], str]]] = {}
-        self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
 
     def endpoint_of(self, path: str) -> EndpointState | None:
         """The route endpoint a request path names (its first segment), or None."""
         end = path.find("/", 1)
         return self.plane.routed.get(path[1:end] if end > 0 else path[1:])
 
-    def _open(self) -> aiohttp.ClientSession:
-        # made on the serving loop, at the first request; no cookie jar (a worker's cookie is its client's, never the
-        # next request's), no decompression (bytes pass as they are), no headers the client did not send
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
-            trust_env=False,
-        )
-        return self._session
-
     async def close(self) -> None:
         """Close the pooled connections to workers (at server shutdown)."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self.upstream.close()
 
     # ----------------------------------------------------------------------------------------------------------------
     # one request
@@ -201,7 +183,7 @@ class RouteProxy:
 
     async def _serve(self, ep: EndpointState, scope: Scope, receive: Receive, send: Send) -> int:
         """The status answered (0: the connection was closed mid-answer)."""
-        forwarded: list[tuple[str, str]] = []
+        forwarded: list[bytes] = []  # header lines, as they go to the worker
         auth = length = host = None
         for name, value in scope["headers"]:
             if name in _DROP_REQUEST:
@@ -212,7 +194,7 @@ class RouteProxy:
                 elif name == b"host":
                     host = value
                 continue
-            forwarded.append((name.decode("latin-1"), value.decode("latin-1")))
+            forwarded.append(b"%s: %s\r\n" % (name, value))
         if self.api_keys and not key_matches(auth.decode("latin-1") if auth else None, self.api_keys):
             status, body = _error("unauthorized", "send the API key as Authorization: Bearer KEY", 401)
             await _answer(send, status, body, [(b"www-authenticate", b"Bearer")])
@@ -238,11 +220,12 @@ class RouteProxy:
                 return status
             worker = found
         client = scope.get("client")
-        forwarded.append(("X-Forwarded-For", client[0] if client else ""))
-        forwarded.append(("X-Forwarded-Proto", scope.get("scheme", "http")))
-        forwarded.append(("X-Forwarded-Prefix", "/" + ep.spec.name))
+        forwarded.append(
+            b"x-forwarded-for: %s\r\nx-forwarded-proto: %s\r\nx-forwarded-prefix: /%s\r\n"
+            % ((client[0] if client else "").encode(), scope.get("scheme", "http").encode(), ep.spec.name.encode())
+        )
         if host is not None:
-            forwarded.append(("X-Forwarded-Host", host.decode("latin-1")))
+            forwarded.append(b"x-forwarded-host: %s\r\n" % host)
         try:
             return await self._forward(ep, worker, scope, receive, send, forwarded, content)
         finally:
@@ -301,13 +284,8 @@ class RouteProxy:
             )
         return _error("no_worker", message, 503, explanation=explanation.to_json())
 
-    def _timeout(self, ep: EndpointState) -> aiohttp.ClientTimeout:
-        timeout = self._timeouts.get(ep.spec.name)
-        if timeout is None:
-            read = ep.spec.execution_timeout_ms / 1000 or self.read_timeout_s
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=read)
-            self._timeouts[ep.spec.name] = timeout
-        return timeout
+    def _read_timeout(self, ep: EndpointState) -> float:
+        return ep.spec.execution_timeout_ms / 1000 or self.read_timeout_s
 
     async def _forward(
         self,
@@ -316,57 +294,52 @@ class RouteProxy:
         scope: Scope,
         receive: Receive,
         send: Send,
-        headers: list[tuple[str, str]],
+        headers: list[bytes],
         content: bytes | None,
     ) -> int:
+        method: str = scope["method"]
         raw = scope.get("raw_path") or scope["path"].encode()
         cut = raw.find(b"/", 1)  # the path below the endpoint's name, as the client encoded it
-        target = raw[cut:].decode("latin-1") if cut > 0 else "/"
+        target = raw[cut:] if cut > 0 else b"/"
         query = scope["query_string"]
-        url = (
-            f"http://{worker.address}{target}?{query.decode('latin-1')}"
-            if query
-            else f"http://{worker.address}{target}"
-        )
-        session = self._session or self._open()
+        if query:
+            target += b"?" + query
+        address = worker.address
+        assert address is not None
+        headers.append(b"content-length: %d\r\n\r\n" % len(content) if content else b"\r\n")
+        head = b"%s %s HTTP/1.1\r\nhost: %s\r\n%s" % (method.encode(), target, address.encode(), b"".join(headers))
         started = False
         try:
-            response = await session.request(
-                scope["method"],
-                URL(url, encoded=True),
-                data=content,
-                headers=headers,
-                allow_redirects=False,
-                timeout=self._timeout(ep),
-            )
+            exchange = await self.upstream.exchange(address, self._read_timeout(ep))
             try:
-                status = response.status
+                exchange.send(head, content, head_only=method == "HEAD")
+                status, answer = await exchange.head()
                 await send(
                     {
                         "type": "http.response.start",
                         "status": status,
-                        "headers": [(n, v) for n, v in response.raw_headers if n.lower() not in _DROP_RESPONSE],
+                        "headers": [(n, v) for n, v in answer if n.lower() not in _DROP_RESPONSE],
                     }
                 )
                 started = True
-                length = response.content_length
-                if length is None and scope["method"] != "HEAD":
-                    await self._stream_watching(response, receive, send)  # chunked, SSE: may go on for long
-                elif length is not None and length <= _WHOLE:
-                    await send({"type": "http.response.body", "body": await response.read()})  # one message
+                if exchange.complete:  # arrived whole (most JSON answers): one message
+                    body = await exchange.read()
+                    await send({"type": "http.response.body", "body": body})
+                elif exchange.length is None:
+                    await self._stream_watching(exchange, receive, send)  # chunked, SSE: may go on for long
                 else:
-                    await _pump(response, send)
+                    await _pump(exchange, send)
             finally:
-                response.release()
+                exchange.release()
             return status
-        except asyncio.TimeoutError:
-            what = f"worker {worker.id} of {ep.spec.name!r} did not answer within {self._timeout(ep).sock_read}s"
+        except WorkerTimeout:
+            what = f"worker {worker.id} of {ep.spec.name!r} did not answer within {self._read_timeout(ep):g}s"
             return await self._failed(send, started, "worker_timeout", what, 504)
-        except (aiohttp.ClientError, OSError) as exc:
-            what = f"worker {worker.id} of {ep.spec.name!r} at {worker.address} was lost mid-request ({exc!r})"
+        except WorkerLost as exc:
+            what = f"worker {worker.id} of {ep.spec.name!r} at {address} was lost mid-request ({exc})"
             return await self._failed(send, started, "worker_lost", what, 502)
 
-    async def _stream_watching(self, response: aiohttp.ClientResponse, receive: Receive, send: Send) -> None:
+    async def _stream_watching(self, exchange: Exchange, receive: Receive, send: Send) -> None:
         """Pump an answer of unknown length while watching the client: one that hangs up ends the exchange (and the
         worker sees its connection close), rather than leaving an endless stream running for nobody. The pump runs in
         this task and the watch in one more, which cancels this one only while it pumps (two tasks and an
@@ -386,7 +359,7 @@ class RouteProxy:
         watch = asyncio.ensure_future(_until_disconnect(receive))
         watch.add_done_callback(client_gone)
         try:
-            await _pump(response, send)
+            await _pump(exchange, send)
         except asyncio.CancelledError:
             if not hung_up:
                 raise
@@ -407,13 +380,13 @@ class RouteProxy:
         return status
 
 
-async def _pump(response: aiohttp.ClientResponse, send: Send) -> None:
-    """Send the worker's answer on chunk by chunk as it arrives; the last one read ends the answer."""
-    stream = response.content
-    async for chunk in stream.iter_any():
-        more = not stream.at_eof()
-        message: Message = {"type": "http.response.body", "body": chunk, "more_body": more}
-        await send(message)
-        if not more:
+async def _pump(exchange: Exchange, send: Send) -> None:
+    """Send the worker's answer on piece by piece as it arrives; the last one read ends the answer."""
+    while True:
+        piece = await exchange.read()
+        last = exchange.done
+        if piece or last:
+            message: Message = {"type": "http.response.body", "body": piece, "more_body": not last}
+            await send(message)
+        if last:
             return
-    await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -84,6 +84,9 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
         log_config=None,  # uvicorn's warnings and errors go through the worker's logging, to stderr
         log_level="warning",
         timeout_graceful_shutdown=int(GRACE_S),
+        # longer than the server's proxy keeps an idle connection (api/upstream.py's IDLE_S), so the worker never
+        # closes a connection the proxy is about to reuse
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     shown = ", ".join(f"{method} {path}" for method, path, _ in routes)
     name = env.get("FLASHPOINT_ENDPOINT") or "routes"
@@ -94,6 +97,10 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
         uvloop.run(_serve(_Server(config), parent))
     except ImportError:
         asyncio.run(_serve(_Server(config), parent))
+
+
+#: seconds an idle connection stays open (uvicorn's default is 5)
+KEEP_ALIVE_S = 75
 
 
 def _settings(env: Mapping[str, str]) -> tuple[str, int, int]:
