@@ -289,10 +289,13 @@ def test_prune_everything_takes_failures_orphans_and_leftovers(cache: Environmen
     write_json(cache.root / f"{orphan}.json", {"key": orphan})
     leftover = cache.root / f".{kept}.tmp-123-abcd"  # a crashed build's temporary directory
     (leftover / "bin").mkdir(parents=True)
+    crashed = "00000000000000bb"  # and the progress record it left
+    write_json(cache.root / f"{crashed}.building", BuildProgress(crashed, 1, 1.0, "a", ()).to_json())
     # days first: the recent environment and the failure stay; the orphan record and the leftover go
     assert cache.prune(unused_for_s=DAY).removed == []
     assert (cache.root / kept).is_dir() and (cache.root / f"{failed}.failed").exists()
     assert not (cache.root / f"{orphan}.json").exists() and not leftover.exists()
+    assert not (cache.root / f"{crashed}.building").exists()
     # then everything
     assert cache.prune(everything=True).removed == [kept]
     assert sorted(p.name for p in cache.root.iterdir() if not p.name.endswith(".lock")) == []

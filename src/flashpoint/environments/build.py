@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from flashpoint.environments.pipconfig import UvOptions
+from flashpoint.errors import ConfigError
 
 __all__ = ["BuildFailed", "PTH_NAME", "build_environment", "env_python", "inherited_paths", "uv_binary"]
 
@@ -49,10 +50,17 @@ class BuildFailed(Exception):
 
 
 def uv_binary() -> str:
-    """The uv executable installed with flashpoint."""
-    import uv  # the uv package is a thin locator of the binary it ships
+    """The uv executable installed with flashpoint; ``ConfigError`` when it is missing (a broken install, not a
+    problem of the requirements, so it is not recorded as the environment's failure)."""
+    try:
+        import uv  # the uv package is a thin locator of the binary it ships
 
-    return str(uv.find_uv_bin())
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError) as exc:
+        raise ConfigError(
+            f"per-endpoint environments need uv, a dependency of flashpoint, and it is missing ({exc}): "
+            "pip install 'uv>=0.5' into flashpoint's environment"
+        ) from None
 
 
 def env_python(path: Path) -> Path:

@@ -158,7 +158,7 @@ class EnvironmentCache:
             requirements: pip requirement strings (``EndpointSpec.dependencies``).
             endpoint: the endpoint asking, recorded in the environment's metadata.
             on_line: receives every line of the installer's output while this call builds (and one line saying so
-                when it waits for another process's build).
+                when it waits for another process's build), in the calling thread.
             retry: build again even though the last build of this requirement set failed.
 
         Raises:
@@ -290,7 +290,7 @@ class EnvironmentCache:
 
     def in_progress(self) -> list[BuildProgress]:
         """Every build running now, in any process, oldest first."""
-        found = [self.building(path.name[: -len(".building")]) for path in self._glob("*.building")]
+        found = [self.building(key) for key in self._keys_with(".building")]
         return sorted((p for p in found if p is not None), key=lambda p: p.started)
 
     def failure(self, key: str) -> BuildFailure | None:
@@ -299,7 +299,7 @@ class EnvironmentCache:
 
     def failures(self) -> list[BuildFailure]:
         """Every recorded failure, oldest first."""
-        found = [self.failure(path.name[: -len(".failed")]) for path in self._glob("*.failed")]
+        found = [self.failure(key) for key in self._keys_with(".failed")]
         return sorted((f for f in found if f is not None), key=lambda f: f.failed_at)
 
     def entries(self) -> list[CacheEntry]:
@@ -325,9 +325,9 @@ class EnvironmentCache:
             raise ValueError("prune needs unused_for_s or everything=True")
         report = PruneReport()
         keys = {p.name for p in self._glob("*") if _KEY.fullmatch(p.name) and p.is_dir()}
-        keys |= {p.name[: -len(".json")] for p in self._glob("*.json") if _KEY.fullmatch(p.name[: -len(".json")])}
+        keys |= self._keys_with(".json") | self._keys_with(".building")
         if everything:
-            keys |= {p.name[: -len(".failed")] for p in self._glob("*.failed")}
+            keys |= self._keys_with(".failed")
         keys |= {m.group(1) for p in self._glob(".*") if (m := _LEFTOVER.match(p.name))}
         now = self.clock()
         for key in sorted(keys):
@@ -337,6 +337,8 @@ class EnvironmentCache:
                 continue
             try:
                 self._clean_leftovers(key)
+                with contextlib.suppress(FileNotFoundError):  # we hold the lock: a progress record here is stale
+                    self._file(key, ".building").unlink()
                 record = _parse(EnvironmentRecord, read_json(self._file(key, ".json")))
                 exists = (self.root / key).is_dir()
                 if not everything and exists and record is not None:
@@ -378,6 +380,11 @@ class EnvironmentCache:
         for path in self._glob(f".{key}.*"):
             if _LEFTOVER.match(path.name) and path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
+
+    def _keys_with(self, suffix: str) -> set[str]:
+        """The keys that have a ``<key><suffix>`` file."""
+        stems = (path.name[: -len(suffix)] for path in self._glob(f"*{suffix}"))
+        return {stem for stem in stems if _KEY.fullmatch(stem)}
 
     def _glob(self, pattern: str) -> list[Path]:
         try:
