@@ -194,6 +194,35 @@ def test_a_finished_environment_is_a_hit(cache: EnvironmentCache, clock: Clock) 
     assert EnvironmentRecord.from_json(read_json(cache.root / f"{key}.json") or {}).endpoints == ("a", "b")
 
 
+def test_a_caller_that_must_wait_is_told_for_whom(cache: EnvironmentCache, clock: Clock) -> None:
+    # Given a build of the key in progress (its lock held here, its progress record written)
+    key = lay_out(cache, ["six==1.16.0"], last_used=clock.now)
+    progress = BuildProgress(key, 4242, clock.now - 12, "a", ("six==1.16.0",), "Resolved 1 package", 1)
+    write_json(cache.root / f"{key}.building", progress.to_json())
+    told = threading.Event()
+    lines: list[str] = []
+    found: list[Environment] = []
+
+    def on_line(line: str) -> None:
+        lines.append(line)
+        told.set()
+
+    with KeyLock(cache.root / f"{key}.lock"):
+        waiter = threading.Thread(
+            target=lambda: found.append(cache.ensure(["six==1.16.0"], endpoint="b", on_line=on_line))
+        )
+        waiter.start()
+        # When the caller finds the lock taken, it says whom it waits for before it blocks
+        assert told.wait(timeout=30)
+        assert found == []
+    waiter.join()
+    # Then, once the lock is let go, it gets the environment as a hit
+    assert lines == [
+        f"waiting for process 4242, which has been building environment {key} for 12 s (last line: Resolved 1 package)"
+    ]
+    assert len(found) == 1 and not found[0].built and cache.builds == 0
+
+
 def test_a_recorded_failure_is_raised_without_building(cache: EnvironmentCache) -> None:
     key = cache.key(["nope==1.0"])
     failure = BuildFailure(key, ("nope==1.0",), "a", 1.0, "could not build nope", 1, ("error: nope not found",))
