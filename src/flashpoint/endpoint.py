@@ -81,7 +81,9 @@ class Endpoint(RouteMethods):
         execution_timeout_ms: a job running longer ends ``TIMED_OUT``; 0 means no limit.
         max_concurrency: jobs one worker runs at once (async handlers overlap).
         env: extra environment variables for the workers.
-        dependencies, system_dependencies: what the workers need; checked in the worker's environment.
+        dependencies, system_dependencies: what the workers need: pip requirements installed in a cached environment
+            of the endpoint's own (unless this environment already satisfies them); Debian packages checked on the
+            node.
         scaler_type, scaler_value: ``QUEUE_DELAY`` (seconds) or ``REQUEST_COUNT`` (jobs per worker), as in Flash.
         datacenter: a ``DataCenter`` (or a label of your own) or a list: only nodes whose ``datacenter`` label
             matches; ignored on a fleet without such labels.

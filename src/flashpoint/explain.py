@@ -31,6 +31,11 @@ class Code(str, Enum):
     DATACENTER = "datacenter"
     #: nodes are left out because their driver's CUDA version is below the endpoint's ``min_cuda_version`` (or unknown)
     CUDA_VERSION = "cuda_version"
+    #: the endpoint's environment (its ``dependencies``) is being built; no worker starts before it is ready
+    BUILDING_ENVIRONMENT = "building_environment"
+    #: the endpoint's environment failed to build; its jobs fail until the requirements change or the failure is
+    #: forgotten (``flashpoint env prune --failed``)
+    ENVIRONMENT_FAILED = "environment_failed"
 
     def __str__(self) -> str:
         return self.value

@@ -74,6 +74,8 @@ class Reason(str, Enum):
     WORKER_LOST = "worker_lost"
     #: no worker of the endpoint could start
     WORKER_START_FAILED = "worker_start_failed"
+    #: the endpoint's environment (its ``dependencies``) could not be built
+    ENVIRONMENT_FAILED = "environment_failed"
     #: a user cancelled it
     CANCELLED = "cancelled"
     #: the control plane shut down before the job ended (embedded mode only keeps jobs for its process)

@@ -181,6 +181,33 @@ def _strings(name: str | None, option: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _requirements(name: str | None, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``dependencies`` checked at declaration: each one PEP 508 requirement that reaches the installer as nothing
+    else (``environments.keys``); kept as written."""
+    if values:
+        from flashpoint.environments.keys import normalize_requirement
+
+        for value in values:
+            try:
+                normalize_requirement(value)
+            except InvalidEndpointError as exc:
+                raise invalid(name, str(exc)) from None
+    return values
+
+
+def _packages(name: str | None, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``system_dependencies`` checked at declaration: Debian package names (``environments.system``)."""
+    if values:
+        from flashpoint.environments.system import validate_package_name
+
+        for value in values:
+            try:
+                validate_package_name(value)
+            except InvalidEndpointError as exc:
+                raise invalid(name, str(exc)) from None
+    return values
+
+
 def _cpu(name: str | None, value: Any) -> tuple[str, ...]:
     """``cpu=`` as Flash takes it: an instance type (``CpuInstanceType`` or its string) or a list of them, an ordered
     fallback; duplicates dropped."""
@@ -342,8 +369,8 @@ def build_spec(options: dict[str, Any], *, named_later: bool = False) -> Endpoin
         execution_timeout_ms=timeout_ms,
         max_concurrency=concurrency,
         env=dict(env),
-        dependencies=_strings(name, "dependencies", options.get("dependencies")),
-        system_dependencies=_strings(name, "system_dependencies", options.get("system_dependencies")),
+        dependencies=_requirements(name, _strings(name, "dependencies", options.get("dependencies"))),
+        system_dependencies=_packages(name, _strings(name, "system_dependencies", options.get("system_dependencies"))),
         scaler_type=scaler_type,
         scaler_value=scaler_value,
         datacenters=_datacenters(name, options.get("datacenter")),

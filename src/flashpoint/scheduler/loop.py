@@ -28,6 +28,7 @@ from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler import planner, readiness, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
+from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, LazyCache, check_system, system_note
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
@@ -76,9 +77,11 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         probe: Probe = readiness.ping,
         route_ready_timeout_s: float = readiness.READY_TIMEOUT_S,
         route_poll_s: tuple[float, float] = (readiness.FIRST_DELAY_S, readiness.MAX_DELAY_S),
+        environments: EnvironmentSource | None = None,
     ) -> None:
         """``probe`` asks a route worker's ``/ping`` (a test door's is scripted); route workers have
-        ``route_ready_timeout_s`` to answer 200, asked after pauses growing from ``route_poll_s[0]`` to ``[1]``."""
+        ``route_ready_timeout_s`` to answer 200, asked after pauses growing from ``route_poll_s[0]`` to ``[1]``.
+        ``environments`` builds endpoints' environments (the environment cache at its default root when None)."""
         self.store = store
         self.clock = clock
         #: never handed out: each worker gets its own credential derived from it (``worker_credential``)
@@ -116,6 +119,12 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             node_of=self.index.nodes.node,
         )
         self._init_routes(probe, route_ready_timeout_s, route_poll_s)
+        #: builds the environments of endpoints with dependencies, unless the backend does (Ray's runtime_env)
+        self.envs: EnvironmentGate | None = None
+        if not getattr(backend, "builds_environments", False):
+            self.envs = EnvironmentGate(
+                environments or LazyCache(), clock, on_ready=lambda ep: self.kick(), on_failed=self._environment_failed
+            )
         #: endpoints the last reconcile left waiting for something
         self._waiting: set[str] = set()
         #: devices passed over until a monotonic time, because a worker placed on them never came up
@@ -181,6 +190,8 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         for ep in self.endpoints.values():
             self._release_takers(ep, None)
         await self._close_routes()
+        if self.envs is not None:
+            await self.envs.close()
         for worker in list(self.workers.values()):
             for job_id in list(worker.jobs):  # async handlers are cancelled through job-stop before SIGTERM
                 job = self.store.get(job_id)
@@ -257,6 +268,8 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         ep.never = feasible_endpoint(spec, self.index.devices, self.index.nodes.nodes)
         if ep.never is not None:
             log.warning(self._never_message(spec, ep.never))
+        if self.envs is not None:  # its workers run on this machine: say once what they will lack
+            ep.system_missing = check_system(spec)
         self.endpoints[spec.name] = ep
         if spec.serves_routes:
             self.routed[spec.name] = ep
@@ -278,7 +291,9 @@ class ControlPlane(PlaneReads, WorkerSupervision):
     def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
         """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match, a
         volume's directory, Runpod cloud settings recorded and not applied)."""
-        return endpoint_notes(spec, self.index) + host_option_notes(spec)
+        ep = self.endpoints.get(spec.name)
+        lacking = system_note(ep.system_missing) if ep is not None and ep.system_missing else ()
+        return endpoint_notes(spec, self.index) + host_option_notes(spec) + lacking
 
     def endpoint(self, name: str) -> EndpointState:
         try:
@@ -306,6 +321,9 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         if ep.spec.serves_routes:
             raise not_a_queue_endpoint(endpoint)
         job = self.book.create(ep, payload, extra, execution_timeout_ms=execution_timeout_ms, ttl_ms=ttl_ms, size=size)
+        if self.envs is not None and (failure := self.envs.failed_for_good(ep)) is not None:
+            self._finish(job, JobStatus.FAILED, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", failure))
+            return job
         self._enqueue(ep, job, front=False)
         return job
 
@@ -327,13 +345,13 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         self._end(job, JobStatus.CANCELLED, Reason.CANCELLED)
         return job.view()
 
-    def _end(self, job: Job, status: JobStatus, reason: Reason) -> None:
+    def _end(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
         """End a job that is queued (it leaves its queue) or running (its worker is told to stop it); else nothing."""
         if job.status is JobStatus.IN_QUEUE:
             owner = self.endpoints.get(job.endpoint)
             if owner is not None:
                 self.book.count(owner, job, -1)  # the id stays in the deque and is skipped when reached
-            self._finish(job, status, reason)
+            self._finish(job, status, reason, error)
         elif job.status is JobStatus.IN_PROGRESS:
             worker = self.workers.get(job.worker_id or "")
             self._finish(job, status, reason)
@@ -403,6 +421,12 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         ep = self.endpoints.get(job.endpoint)
         self.book.finish(job, status, reason, error, ep.counters if ep is not None else None)
 
+    def _environment_failed(self, ep: EndpointState, error: str) -> None:
+        """The endpoint's environment could not be built: its queued jobs end FAILED with the installer's error."""
+        for job in self.book.queued(ep):
+            self._end(job, JobStatus.FAILED, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", error))
+        self.kick()
+
     def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
         """The retry rule: a job whose worker is lost goes back to the front of the queue once, then fails."""
         if job.retries < MAX_RETRIES:
@@ -436,6 +460,8 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         """Start the workers endpoints want, oldest waiter first; reclaim idle devices for waiters; record why not."""
         if self._closing:
             return
+        if self.envs is not None:
+            self.envs.start_missing(self.endpoints.values())
         plan = self.plan()
         for reclaim in plan.reclaims:
             worker = self.workers.get(reclaim.worker_id)
@@ -545,6 +571,8 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         if ep is None:
             self.register(spec, target, code_file)
             return 0
+        if self.envs is not None and spec.dependencies != ep.spec.dependencies:
+            self.envs.forget(ep)
         ep.spec, ep.target = spec, target
         if code_file is not None:
             self.supervisor.code_files[spec.name] = code_file

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from flashpoint.explain import Code, WaitReason
 from flashpoint.gpus import describe
+from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Holder
 from flashpoint.scheduler.placement import CpuFit, Fit, NoFit, Yielders, place_endpoint
@@ -185,6 +186,20 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
                     f"at most {spec.workers_max} may hold devices at once",
                 )
             )
+            break
+        environment = ep.environment
+        if environment is not None and environment.state in (BUILDING, FAILED):
+            if environment.state == BUILDING:
+                waiting.append(WaitReason(asks, Code.BUILDING_ENVIRONMENT, environment.waiting_detail(p.now)))
+            else:
+                waiting.append(
+                    WaitReason(
+                        asks,
+                        Code.ENVIRONMENT_FAILED,
+                        f"its environment failed to build: {first_line(environment.error)}; fix its dependencies, "
+                        "or forget the failure with `flashpoint env prune --failed`",
+                    )
+                )
             break
         if ep.next_start_at > p.now:
             waiting.append(

@@ -7,7 +7,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flashpoint.explain import Explanation, WaitReason
 from flashpoint.jobs import Job, Placement
@@ -15,6 +15,9 @@ from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.nodes import CpuSlot
 from flashpoint.scheduler.placement import NoFit
 from flashpoint.spec import EndpointSpec, WorkerTarget
+
+if TYPE_CHECKING:
+    from flashpoint.scheduler.envgate import EnvStatus
 
 
 class WorkerState(str, Enum):
@@ -133,6 +136,10 @@ class EndpointState:
     next_start_at: float = 0.0
     last_start_error: str = ""
     worker_seq: int = 0
+    #: the environment of an endpoint with ``dependencies`` (``scheduler/envgate.py``); None: none asked for yet
+    environment: EnvStatus | None = None
+    #: its ``system_dependencies`` this machine lacks, found at registration (``envgate.check_system``)
+    system_missing: tuple[str, ...] = ()
     counters: dict[str, int] = field(default_factory=lambda: {"completed": 0, "failed": 0, "retried": 0})
 
     def live_workers(self) -> list[Worker]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import secrets
 from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
@@ -123,25 +124,32 @@ class Supervisor:
             http=ep.spec.serves_routes,
         )
 
+    def python_of(self, ep: EndpointState) -> str:
+        """The interpreter the endpoint's workers run on: its environment's once built (``scheduler/envgate.py``),
+        else the plane's."""
+        environment = ep.environment.environment if ep.environment is not None else None
+        return str(environment.python) if environment is not None else self.python
+
     def argv(self, ep: EndpointState) -> list[str]:
         """The worker's command: the target's own command (through the launcher), or flashpoint's worker importing
         the endpoint's code by path or loading its code file; a route endpoint's worker serves its routes over HTTP
         (``--routes``) instead of pulling jobs."""
         target = ep.target
+        python = self.python_of(ep)
         if target.command is not None:
             command = list(target.command)
             if command[0] in ("python", "python3"):  # the plane's interpreter: the one flashpoint is installed in
-                command[0] = self.python
+                command[0] = python
             # the launcher pins the command to its cores, mounts its volume and (with a parent) ties it to the plane
             parent = [] if self.parent_pid is None else ["--parent", str(self.parent_pid)]
-            return [self.python, "-m", "flashpoint.worker.launch", *parent, "--", *command]
+            return [python, "-m", "flashpoint.worker.launch", *parent, "--", *command]
         mode = ["--routes"] if ep.spec.serves_routes else []
         if target.import_path is not None:
-            return [self.python, "-m", "flashpoint.worker", *mode, "--import", target.import_path]
+            return [python, "-m", "flashpoint.worker", *mode, "--import", target.import_path]
         path = self.code_files.get(ep.spec.name)
         if path is None:
             raise BackendError(f"endpoint {ep.spec.name!r} has no code file; register it with a target")
-        return [self.python, "-m", "flashpoint.worker", *mode, "--pickle", path]
+        return [python, "-m", "flashpoint.worker", *mode, "--pickle", path]
 
     def env(self, ep: EndpointState, worker: Worker) -> dict[str, str]:
         name = ep.spec.name
@@ -150,6 +158,13 @@ class Supervisor:
         for variable in PLANE_CREDENTIALS:  # the server's own keys never reach the code it runs
             env.pop(variable, None)
         env.update(ep.spec.env)
+        environment = ep.environment.environment if ep.environment is not None else None
+        if environment is not None and env.get("PYTHONPATH"):
+            # PYTHONPATH comes before site-packages: the host's directories would beat the environment's pins (it
+            # reaches them after its own, through its .pth)
+            env["PYTHONPATH"] = os.pathsep.join(environment.pythonpath(env["PYTHONPATH"].split(os.pathsep)))
+        if ep.spec.system_dependencies:
+            env["FLASHPOINT_SYSTEM_DEPENDENCIES"] = json.dumps(list(ep.spec.system_dependencies))
         if ep.spec.volumes:
             env.update(volumes.worker_env(ep.spec.volumes, volumes.volumes_root()))
         node = self._node_of(worker.node)

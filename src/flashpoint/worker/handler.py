@@ -71,6 +71,28 @@ def missing_dependencies(requirements: list[str]) -> list[str]:
     return missing
 
 
+def dependency_problem(requirements: list[str], system: list[str]) -> str | None:
+    """What this worker lacks of its endpoint's ``dependencies`` (not installed in this interpreter) and
+    ``system_dependencies`` (not installed on this node), with what installs them; None when nothing is missing."""
+    problems = []
+    missing = missing_dependencies(requirements)
+    if missing:
+        problems.append(
+            f"dependencies not installed in the worker's environment ({sys.executable}): {', '.join(missing)}; "
+            "install them there, e.g. pip install " + " ".join(repr(r) for r in missing)
+        )
+    if system:
+        from flashpoint.environments.system import install_command, missing_system_dependencies
+
+        absent = missing_system_dependencies(system)
+        if absent:
+            problems.append(
+                f"system dependencies not installed on this node: {', '.join(absent)}; install them with: "
+                + install_command(absent)
+            )
+    return "; and ".join(problems) or None
+
+
 class HandlerError(Exception):
     """An error the runtime reports with a specific reason code."""
 
@@ -97,9 +119,11 @@ class Handler:
     """Runs a job on the function or class it names (``flashpoint.target``) among those its endpoint serves; a job
     naming none goes to the only one. A job naming a target the worker does not have fails and runs nothing."""
 
-    def __init__(self, target: Any, dependencies: list[str] | None = None) -> None:
+    def __init__(
+        self, target: Any, dependencies: list[str] | None = None, system_dependencies: list[str] | None = None
+    ) -> None:
         self.targets = {name: Target(obj) for name, obj in load_targets(target).items()}
-        self._missing = missing_dependencies(dependencies or [])
+        self._missing = dependency_problem(dependencies or [], system_dependencies or [])
 
     def _target(self, meta: dict[str, Any]) -> Target:
         name = meta.get("target")
@@ -123,12 +147,7 @@ class Handler:
 
     async def __call__(self, job: dict[str, Any], emit: Emit | None = None) -> Any:
         if self._missing:
-            raise HandlerError(
-                f"dependencies not installed in the worker's environment ({sys.executable}): "
-                f"{', '.join(self._missing)}; install them there, e.g. pip install "
-                + " ".join(repr(r) for r in self._missing),
-                Reason.DEPENDENCY_MISSING,
-            )
+            raise HandlerError(self._missing, Reason.DEPENDENCY_MISSING)
         meta = job.get("flashpoint") or {}
         return await self._target(meta)(job, meta, emit)
 

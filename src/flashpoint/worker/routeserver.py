@@ -26,7 +26,7 @@ import uvicorn
 
 from flashpoint.routes import route_table
 from flashpoint.worker import isolation
-from flashpoint.worker.handler import load_target, missing_dependencies
+from flashpoint.worker.handler import dependency_problem, load_target
 from flashpoint.worker.launch import die_with_parent
 from flashpoint.worker.routeapp import MAX_BODY_BYTES, create_app
 
@@ -67,12 +67,12 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
             reconfigure(errors="backslashreplace", line_buffering=True)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     host, port, max_body = _settings(env)
-    missing = missing_dependencies(json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]")))
-    if missing:
-        sys.exit(
-            f"dependencies not installed in the worker's environment ({sys.executable}): {', '.join(missing)}; "
-            "install them there, e.g. pip install " + " ".join(repr(r) for r in missing)
-        )
+    problem = dependency_problem(
+        json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]")),
+        json.loads(env.get("FLASHPOINT_SYSTEM_DEPENDENCIES", "[]")),
+    )
+    if problem:
+        sys.exit(problem)
     routes = route_table(load_target(import_path, pickle_file))
     app = create_app(routes, max_body_bytes=max_body)
     config = uvicorn.Config(

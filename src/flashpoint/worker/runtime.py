@@ -393,8 +393,9 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     target = load_target(import_path, pickle_file)
     dependencies = json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]"))
+    system = json.loads(env.get("FLASHPOINT_SYSTEM_DEPENDENCIES", "[]"))
     runtime = Runtime(
-        Handler(target, dependencies),
+        Handler(target, dependencies, system),
         Urls.from_env(env),
         env.get("RUNPOD_AI_API_KEY", ""),
         concurrency=int(env.get("FLASHPOINT_MAX_CONCURRENCY", "1")),

@@ -1,0 +1,216 @@
+"""Per-endpoint environments, the plane's side (``scheduler/envgate.py``), through the test door: a scripted
+environment source stands in for uv (its builds end when the test says), the stub backend for processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from flashpoint import Endpoint
+from flashpoint.environments import BuildFailure, Environment, EnvironmentBuildError
+from flashpoint.jobs import JobStatus, Reason
+from flashpoint.scheduler.envgate import host_satisfies
+from tests.conftest import eventually
+from tests.scheduler.door import TARGET, Door, open_door
+
+#: pinned below anything installed here, so the host never satisfies it and a build is asked for
+PIN = "six==1.15.0"
+HOST_DIR = os.path.dirname(os.path.dirname(os.__file__))  # a directory the environment "inherits"
+
+
+class ScriptedSource:
+    """An environment source whose builds block until ``finish`` (or ``fail``) is called; records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[str, ...], str, bool]] = []
+        self.failures: dict[str, BuildFailure] = {}
+        self._outcome: Environment | Exception | None = None
+        self._release = threading.Event()
+
+    def key(self, requirements: Iterable[str]) -> str:
+        return "k" + str(abs(hash(tuple(sorted(requirements)))) % 10**8)
+
+    def ensure(
+        self,
+        requirements: Iterable[str],
+        *,
+        endpoint: str,
+        on_line: Callable[[str], None] | None = None,
+        retry: bool = False,
+    ) -> Environment:
+        reqs = tuple(requirements)
+        self.calls.append((reqs, endpoint, retry))
+        if on_line is not None:
+            on_line("Resolved 1 package in 12ms")
+        assert self._release.wait(10), "the test never finished the build"
+        self._release.clear()
+        outcome, self._outcome = self._outcome, None
+        if isinstance(outcome, EnvironmentBuildError):
+            self.failures[outcome.key] = BuildFailure(
+                key=outcome.key,
+                requirements=list(reqs),
+                endpoint=endpoint,
+                failed_at=0.0,
+                message=str(outcome.args[0]),
+                returncode=1,
+                output_tail=list(outcome.output_tail),
+            )
+        if isinstance(outcome, Exception):
+            raise outcome
+        assert outcome is not None
+        return outcome
+
+    def failure(self, key: str) -> BuildFailure | None:
+        return self.failures.get(key)
+
+    def finish(self, requirements: Iterable[str]) -> Environment:
+        key = self.key(requirements)
+        root = Path("/envs") / key
+        self._outcome = Environment(
+            key=key,
+            path=root,
+            python=root / "bin" / "python",
+            site_packages=root / "lib" / "site-packages",
+            requirements=tuple(requirements),
+            inherited=(HOST_DIR,),
+            built=True,
+        )
+        self._release.set()
+        return self._outcome
+
+    def fail(self, requirements: Iterable[str]) -> None:
+        self._outcome = EnvironmentBuildError(
+            "uv could not install the requirements",
+            key=self.key(requirements),
+            requirements=tuple(requirements),
+            output_tail=("error: No solution found when resolving dependencies:",),
+            returncode=1,
+        )
+        self._release.set()
+
+
+@pytest.fixture
+async def door() -> Door:
+    source = ScriptedSource()
+    door = await open_door(environments=source, worker_env={"PYTHONPATH": os.pathsep.join(["/app", HOST_DIR])})
+    door.source = source  # type: ignore[attr-defined]
+    yield door  # type: ignore[misc]
+    source._release.set()  # a build still blocked ends (its outcome is dropped)
+    await door.plane.close()
+
+
+def source_of(door: Door) -> ScriptedSource:
+    return door.source  # type: ignore[attr-defined,no-any-return]
+
+
+async def test_jobs_wait_building_environment_then_workers_start_on_its_interpreter(door: Door) -> None:
+    source = source_of(door)
+    door.endpoint(name="pinned", gpu="NVIDIA H200", dependencies=[PIN])
+    job = door.submit("pinned")
+    await door.step()
+    await eventually(lambda: source.calls, 10, "the build to begin")
+    await eventually(lambda: door.plane.endpoints["pinned"].environment.last_line, 10, "the installer's first line")  # type: ignore[union-attr]
+    await door.step(7)
+    assert door.backend.started == []  # no worker before the environment
+    (reason,) = door.plane.explain_job(job.id).reasons
+    assert reason.code.value == "building_environment"
+    assert "building for 7s" in reason.detail and "Resolved 1 package" in reason.detail
+    assert job.status is JobStatus.IN_QUEUE
+
+    environment = source.finish([PIN])
+    await eventually(lambda: door.backend.started, 10, "a worker to start once the environment is ready")
+    launch = door.backend.workers[door.backend.started[0]].launch
+    assert launch.argv[0] == str(environment.python)
+    assert launch.env["PYTHONPATH"] == "/app"  # the inherited directory comes after the environment's own
+    assert source.calls == [((PIN,), "pinned", False)]
+
+
+async def test_a_failed_build_fails_the_waiting_jobs_and_later_ones_until_it_is_forgotten(door: Door) -> None:
+    source = source_of(door)
+    door.endpoint(name="broken", gpu="NVIDIA H200", dependencies=[PIN])
+    first = door.submit("broken")
+    await door.step()
+    await eventually(lambda: source.calls, 10, "the build to begin")
+    source.fail([PIN])
+    await eventually(lambda: first.status is JobStatus.FAILED, 10, "the waiting job to fail")
+    assert first.reason is Reason.ENVIRONMENT_FAILED and first.error is not None
+    assert "No solution found" in first.error.message and first.error.type == "EnvironmentBuildError"
+
+    second = door.submit("broken")  # the failure is recorded: no new build, the job fails at once
+    assert second.status is JobStatus.FAILED and second.reason is Reason.ENVIRONMENT_FAILED
+    assert len(source.calls) == 1 and door.backend.started == []
+
+    source.failures.clear()  # `flashpoint env prune --failed`
+    third = door.submit("broken")
+    assert third.status is JobStatus.IN_QUEUE
+    await eventually(lambda: len(source.calls) == 2, 10, "a new build")
+    assert source.calls[1] == ((PIN,), "broken", True)
+    source.finish([PIN])
+    await eventually(lambda: door.backend.started, 10, "a worker for the job")
+
+
+async def test_requirements_the_host_satisfies_need_no_build(door: Door) -> None:
+    door.endpoint(name="host", gpu="NVIDIA H200", dependencies=["pytest>=1"])
+    door.submit("host")
+    await door.step()
+    await eventually(lambda: door.backend.started, 10, "a worker")
+    assert source_of(door).calls == []
+    launch = door.backend.workers[door.backend.started[0]].launch
+    assert launch.argv[0] == sys.executable and HOST_DIR in launch.env["PYTHONPATH"]
+
+
+async def test_new_requirements_build_a_new_environment(door: Door) -> None:
+    source = source_of(door)
+    spec = door.endpoint(name="again", gpu="NVIDIA H200", dependencies=[PIN])
+    await door.step()
+    await eventually(lambda: source.calls, 10, "the first build")
+    source.finish([PIN])
+    await eventually(lambda: door.plane.endpoints["again"].environment.state == "ready", 10, "ready")  # type: ignore[union-attr]
+    door.plane.redeclare(dataclasses.replace(spec, dependencies=("six==1.14.0",)), TARGET)
+    await door.step()
+    await eventually(lambda: len(source.calls) == 2, 10, "a build for the new requirements")
+    assert source.calls[1][0] == ("six==1.14.0",)
+    assert door.plane.endpoints["again"].environment.state == "building"  # type: ignore[union-attr]
+
+
+async def test_missing_system_dependencies_are_noted_with_the_command_and_told_to_workers(door: Door) -> None:
+    door.endpoint(name="sys", gpu="NVIDIA H200", system_dependencies=["flashpoint-no-such-pkg", "sh"])
+    assert door.plane.endpoints["sys"].system_missing == ("flashpoint-no-such-pkg",)
+    (note,) = [n for n in door.plane.explain_endpoint("sys").notes if "system_dependencies" in n]
+    assert "flashpoint-no-such-pkg" in note and "apt-get install -y flashpoint-no-such-pkg" in note
+    door.submit("sys")
+    await door.step()
+    await eventually(lambda: door.backend.started, 10, "a worker")
+    launch = door.backend.workers[door.backend.started[0]].launch
+    assert launch.env["FLASHPOINT_SYSTEM_DEPENDENCIES"] == '["flashpoint-no-such-pkg", "sh"]'
+
+
+def test_bad_requirements_and_package_names_are_refused_at_declaration() -> None:
+    with pytest.raises(Exception, match="--index-url"):
+        Endpoint(name="bad", gpu="NVIDIA H200", dependencies=["--index-url=http://evil"])
+    with pytest.raises(Exception, match="system_dependencies|package"):
+        Endpoint(name="bad", gpu="NVIDIA H200", system_dependencies=["ffmpeg; rm -rf /"])
+
+
+@pytest.mark.parametrize(
+    ("requirements", "satisfied"),
+    [
+        (["pytest"], True),
+        (["pytest>=1"], True),
+        (["PyTest>=1"], True),  # names as PEP 503 compares them
+        (["pytest<1"], False),
+        (["flashpoint-no-such-package"], False),
+        (["pytest", "flashpoint-no-such-package"], False),
+        (['flashpoint-no-such-package; python_version < "3"'], True),  # a marker that does not apply here
+        (["pytest @ https://example.invalid/pytest.whl"], False),  # a URL is never the host's
+        ([], True),
+    ],
+)
+def test_host_satisfies(requirements: list[str], satisfied: bool) -> None:
+    assert host_satisfies(requirements) is satisfied
