@@ -11,10 +11,11 @@ calls is up (flashpoint's embedded server started; ``ray.init`` returned):
   flashpoint, cold              ``dependencies=[REQ]`` with an empty environment cache and an empty uv cache: the
                                 environment is built (uv venv, uv pip install), then the worker starts in it
   flashpoint, warm              the same, in a new process, with the environment the cold row built
-  Ray, no runtime_env           the anchor: a fresh local Ray (``include_dashboard=False``, no usage reporting), one task
-  Ray, runtime_env pip          ``runtime_env={"pip": [REQ]}`` on a fresh local Ray (a new session: its environment
-                                cache is empty) with pip's own cache off (``PIP_NO_CACHE_DIR``), as flashpoint's cold row
-                                has uv's
+  Ray, no runtime_env           the anchor: a fresh local Ray (``include_dashboard=False``, no usage reporting),
+                                one task
+  Ray, runtime_env pip          ``runtime_env={"pip": [REQ]}`` on a fresh local Ray (a new session: its
+                                environment cache is empty) with pip's own cache off (``PIP_NO_CACHE_DIR``), as
+                                flashpoint's cold row has uv's
 
 Both installers read this machine's pip configuration (index, find-links): pip directly, uv through flashpoint's
 translation. Targets (issue 13): flashpoint cold at most 0.5x Ray's runtime_env row; warm adding under 0.2 s over
@@ -96,11 +97,10 @@ RAY_CHILD = textwrap.dedent(
     options = {"runtime_env": {"pip": [requirement]}} if requirement else {}
     task = ray.remote(probe).options(**options)
     started = time.perf_counter()
-    result = ray.get(task.remote(), timeout=%d)
+    result = ray.get(task.remote(), timeout=float(sys.argv[3]))
     print(json.dumps({"seconds": time.perf_counter() - started, "result": result}), flush=True)
     ray.shutdown()
     """
-    % CHILD_TIMEOUT_S
 )
 
 
@@ -162,7 +162,7 @@ def one_round(tmp: Path, requirement: str, ray: bool) -> dict[str, float]:
         for row, req in (("Ray, no runtime_env", ""), ("Ray, runtime_env pip", requirement)):
             session = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # Ray's socket paths must stay short
             try:
-                answer = run_child(RAY_CHILD, [req, str(session)], ray_env, tmp)
+                answer = run_child(RAY_CHILD, [req, str(session), str(CHILD_TIMEOUT_S)], ray_env, tmp)
             finally:
                 shutil.rmtree(session, ignore_errors=True)
             if req:
@@ -209,9 +209,7 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     print(f"bench-envs: {args.requirement}, {args.rounds} round(s); load average {os.getloadavg()}")
-    rows = [
-        [row, f"{medians[row]:.2f}", " / ".join(f"{s:.2f}" for s in samples[row])] for row in samples
-    ]
+    rows = [[row, f"{medians[row]:.2f}", " / ".join(f"{s:.2f}" for s in samples[row])] for row in samples]
     print(text_table(["row", "median s", "each round s"], rows))
     print()
     added = report["warm_added_s"]
