@@ -14,7 +14,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from flashpoint import codec
+from flashpoint import codec, progress
 from flashpoint.connection import Connection, ServerConnection
 from flashpoint.default_connection import connect
 from flashpoint.endpointclient import ClientMethods, closing
@@ -24,6 +24,7 @@ from flashpoint.errors import (
 )
 from flashpoint.jobhandle import JobHandle, job_result
 from flashpoint.jobs import JobView
+from flashpoint.mapping import MapMethods
 from flashpoint.routes import RouteMethods
 from flashpoint.spec import (
     NAME,
@@ -287,8 +288,11 @@ class _Bound:
 
     async def _call(self, payload: Any, extra: dict[str, Any]) -> Any:
         conn = await self._connect()
-        view = await conn.call(self.spec.name, payload, extra)
-        return job_result(view)
+        if not progress.interactive():
+            return job_result(await conn.call(self.spec.name, payload, extra))
+        view = await conn.submit(self.spec.name, payload, extra)
+        async with progress.wait_line(conn, view.id):  # a call queued for long says why, on the terminal
+            return job_result(await conn.wait(view.id, None))
 
     async def explain(self) -> Explanation:
         """Why this endpoint's jobs wait (or that they don't), per GPU candidate."""
@@ -308,8 +312,9 @@ def _extra(init: Any = None) -> dict[str, Any]:
     return {"flashpoint": meta}
 
 
-class EndpointFunction(_Bound, Generic[T]):
-    """A decorated function: ``await fn(...)`` runs it remotely; ``await fn.run(...)`` returns a job handle."""
+class EndpointFunction(MapMethods, _Bound, Generic[T]):
+    """A decorated function: ``await fn(...)`` runs it remotely; ``await fn.run(...)`` returns a job handle;
+    ``await fn.map(xs)`` runs one job per item (``mapping.py``)."""
 
     def __init__(self, spec: EndpointSpec, fn: Callable[..., Any]) -> None:
         super().__init__(spec, fn)
@@ -346,6 +351,9 @@ class EndpointFunction(_Bound, Generic[T]):
                 f"use `await {fn.__name__}(...)`, or make it a generator (`yield` each chunk) to stream"
             )
         return self._stream(self._payload(args, kwargs), self._extra())
+
+    def _map_label(self) -> str:
+        return self.spec.name
 
     def local(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function in this process, with no scheduler: for the user's own unit tests."""
@@ -424,8 +432,8 @@ class EndpointInstance:
         return MethodCall(self._owner, self._init, method)
 
 
-class MethodCall:
-    """One public method of a class endpoint instance."""
+class MethodCall(MapMethods):
+    """One public method of a class endpoint instance (``map``/``starmap`` too)."""
 
     def __init__(self, owner: EndpointClass, init: Any, method: str) -> None:
         self._owner = owner
@@ -449,6 +457,9 @@ class MethodCall:
 
     async def run(self, *args: Any, **kwargs: Any) -> JobHandle:
         return await self._owner._submit(self._payload(args, kwargs), self._owner._extra(self._init))
+
+    def _map_label(self) -> str:
+        return f"{self._owner.spec.name}.{self._method}"
 
 
 # --------------------------------------------------------------------------------------------------------------------
