@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from flashpoint import codec
 from flashpoint.connection import Connection
 from flashpoint.errors import JobCancelledError, JobFailedError, JobTimeoutError
-from flashpoint.jobs import JobStatus, JobView
+from flashpoint.jobs import JobStatus, JobView, Reason
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation
@@ -20,6 +21,8 @@ def job_result(view: JobView) -> Any:
 
 
 def job_failure(view: JobView) -> JobFailedError:
+    """The error a failed job raises: a ``JobFailedError`` that is also an instance of the remote exception's type
+    when this process has that type already (``except ValueError`` catches a remote ``ValueError``)."""
     error = view.error
     reason = view.reason.value if view.reason else None
     kind: type[JobFailedError] = JobFailedError
@@ -27,6 +30,8 @@ def job_failure(view: JobView) -> JobFailedError:
         kind = JobCancelledError
     elif view.status is JobStatus.TIMED_OUT:
         kind = JobTimeoutError
+    elif error is not None and view.reason is Reason.USER_ERROR:
+        kind = remote_kind(error.type)
     head = f"job {view.id} on endpoint {view.endpoint!r} ended {view.status.value}"
     if reason:
         head += f" ({reason})"
@@ -99,3 +104,50 @@ class JobHandle:
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self._view.status.value}>"
+
+
+#: remote exception types already seen, each with its ``JobFailedError`` twin (None: not usable here)
+_KINDS: dict[str, type[JobFailedError] | None] = {}
+
+
+def remote_kind(remote_type: str) -> type[JobFailedError]:
+    """``JobFailedError``, or a subclass of it and of the remote exception's type (``"ValueError"``,
+    ``"__main__.ParseError"``, ``"json.decoder.JSONDecodeError"``) when that type is a builtin or lives in a module
+    this process has imported already. A name the worker sent never makes this process import anything: a module
+    that is not loaded here is not looked for."""
+    if remote_type not in _KINDS:
+        _KINDS[remote_type] = _twin(_find(remote_type))
+    return _KINDS[remote_type] or JobFailedError
+
+
+def _find(remote_type: str) -> type[Exception] | None:
+    """The exception class ``remote_type`` names, among builtins and modules already loaded (the longest module name
+    that is loaded first: ``a.b.C`` is class ``C`` of ``a.b``, or class ``b.C`` of ``a``)."""
+    parts = remote_type.split(".")
+    for cut in range(len(parts) - 1, -1, -1):
+        module = sys.modules.get(".".join(parts[:cut]) or "builtins")
+        if module is None:
+            continue
+        found: Any = module
+        for part in parts[cut:]:
+            found = getattr(found, part, None)
+        if isinstance(found, type) and issubclass(found, Exception) and not issubclass(found, JobFailedError):
+            return found
+    return None
+
+
+def _twin(remote: type[Exception] | None) -> type[JobFailedError] | None:
+    if remote is None:
+        return None
+
+    def __init__(self: JobFailedError, message: str, **details: Any) -> None:
+        # the remote type's own __init__ is skipped (its arguments were never sent): the instance is built as a
+        # JobFailedError's, with the message as its one argument
+        Exception.__init__(self, message)
+        for name, value in details.items():
+            setattr(self, name, value)
+
+    try:
+        return type(remote.__name__, (JobFailedError, remote), {"__init__": __init__, "__module__": remote.__module__})
+    except TypeError:  # a layout Python cannot combine with JobFailedError's
+        return None

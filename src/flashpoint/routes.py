@@ -291,10 +291,10 @@ def route_target(endpoint: RouteMethods) -> WorkerTarget:
     path = _import_path(endpoint)
     if path is not None:
         return WorkerTarget(import_path=path)
-    import cloudpickle
+    from flashpoint.pickling import dumps_code
 
     table = [(route.method, route.path, fn) for route, fn in entries]
-    return WorkerTarget(pickled=cloudpickle.dumps({ROUTES_KEY: table}))
+    return WorkerTarget(pickled=dumps_code({ROUTES_KEY: table}))
 
 
 def _import_path(endpoint: RouteMethods) -> str | None:

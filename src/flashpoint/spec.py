@@ -439,13 +439,13 @@ def worker_target_for_all(objs: Sequence[Any]) -> WorkerTarget:
     :func:`worker_target_for`; several as a pickled table of import paths (importable ones) and pickled code."""
     if len(objs) == 1:
         return worker_target_for(objs[0])
-    import cloudpickle
+    from flashpoint.pickling import dumps_code
 
     table: dict[str, Any] = {}
     for obj in objs:
         target = worker_target_for(obj)
         table[target_name(obj)] = target.import_path if target.import_path is not None else obj
-    return WorkerTarget(pickled=cloudpickle.dumps({TARGETS_KEY: table}))
+    return WorkerTarget(pickled=dumps_code({TARGETS_KEY: table}))
 
 
 def worker_target_for(obj: Any) -> WorkerTarget:
@@ -454,6 +454,6 @@ def worker_target_for(obj: Any) -> WorkerTarget:
     qualname = getattr(obj, "__qualname__", "")
     if module and module != "__main__" and "<locals>" not in qualname:
         return WorkerTarget(import_path=f"{module}:{qualname}")
-    import cloudpickle
+    from flashpoint.pickling import dumps_code
 
-    return WorkerTarget(pickled=cloudpickle.dumps(obj))
+    return WorkerTarget(pickled=dumps_code(obj))
