@@ -65,6 +65,9 @@ class Settings:
     #: FLASHPOINT_ROUTE_READY_TIMEOUT_S: how long a route worker may take to answer ``GET /ping`` with 200 before it
     #: counts as a failed start
     route_ready_timeout_s: float = 600.0
+    #: FLASHPOINT_DASHBOARD: 0 turns the embedded server's web dashboard off (its page at ``/`` and the line on stderr
+    #: that names its URL); ``flashpoint serve`` always serves it
+    dashboard: bool = True
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -103,6 +106,7 @@ class Settings:
             simulated_cuda=_cuda(env),
             route_wait_s=_seconds(env, "FLASHPOINT_ROUTE_WAIT_S", 60.0),
             route_ready_timeout_s=_seconds(env, "FLASHPOINT_ROUTE_READY_TIMEOUT_S", 600.0),
+            dashboard=_flag(env, "FLASHPOINT_DASHBOARD") if (env.get("FLASHPOINT_DASHBOARD") or "").strip() else True,
         )
 
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import secrets
+import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -124,7 +125,12 @@ class EmbeddedServer:
         # own calls skip HTTP), built on their first request
         clients = _LazyClientRoutes(self.plane, self.api_key)
         # HTTP-route endpoints under /NAME/, with this plane's API key (its announcement file holds it)
-        inner = Starlette(routes=[*worker_routes(self.plane), native])
+        routes = [*worker_routes(self.plane), native]
+        if self.settings.dashboard:  # the web page at / (Starlette only: FastAPI still waits for a /v1 request)
+            from flashpoint.api.dashboard import dashboard_routes
+
+            routes += dashboard_routes()
+        inner = Starlette(routes=routes)
         inner.router.default = clients  # what no route takes
         app = _LazyRoutes(inner, self.plane, self.api_key, wait_s=self.settings.route_wait_s)
         open_files = raise_open_file_limit()
@@ -145,6 +151,8 @@ class EmbeddedServer:
             await asyncio.sleep(0.005)
         self._announce = self._write_announcement()
         log.debug("embedded control plane at %s; fleet: %s", self.url, self.plane.fleet_summary())
+        if self.settings.dashboard:
+            print(dashboard_line(self.url, self._announce), file=sys.stderr, flush=True)
         self._ready.set()
         try:
             await self._stop.wait()
@@ -273,6 +281,12 @@ class EmbeddedServer:
                 if state.status is not JobStatus.COMPLETED:
                     raise job_failure(state)
                 return
+
+
+def dashboard_line(url: str, key_file: Path | None) -> str:
+    """The one line an embedded server prints at start: where its dashboard is, and where its API key is."""
+    where = f"key in {key_file}" if key_file is not None else "its key could not be written to FLASHPOINT_STATE_DIR"
+    return f"flashpoint: dashboard at {url}/ ({where}; FLASHPOINT_DASHBOARD=0 turns it off)"
 
 
 class _LazyClientRoutes:

@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from flashpoint._version import __version__
 from flashpoint.api import errors, native
+from flashpoint.api.dashboard import dashboard_routes, replace_docs
 from flashpoint.api.flashroute import FlashRoute, is_flash_call
 from flashpoint.api.metrics import PlaneMetrics, metrics_route
 from flashpoint.api.routeproxy import RouteProxy
@@ -72,11 +73,13 @@ def create_app(
     errors.install(app)
     # before the catch-all handler logs it as an unexpected error with its traceback
     app.add_exception_handler(ClientDisconnect, _client_gone)
+    replace_docs(app)  # Swagger UI loads from a CDN: /docs and /redoc are a page of the package's own instead
     native.require_key_for_docs(app)
     app.include_router(native.router, prefix="/v1")
     metrics = PlaneMetrics(plane)
     app.state.metrics = metrics
     app.router.routes.append(metrics_route(metrics))
+    app.router.routes.extend(dashboard_routes())  # the page needs no key; its calls to /v1 do
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
 
@@ -89,8 +92,9 @@ class Dispatch:
     """The server's ASGI app. Every job crosses the worker protocol and Runpod's client routes, so those go to bare
     routers (no dependency injection, no middleware but the body limit; they check keys themselves and answer errors
     as JSON); a path whose first segment names a route endpoint goes to the route proxy (``api/routeproxy.py``: it
-    checks the key and the body limit itself); the rest (native /v1 API, /metrics, /docs) to the FastAPI app. Route
-    endpoints cannot take the server's own names (``spec.RESERVED_NAMES``), so the two never meet."""
+    checks the key and the body limit itself); the rest (native /v1 API, /metrics, /docs, the dashboard at ``/`` and
+    ``/static/dashboard/``) to the FastAPI app. Route endpoints cannot take the server's own names
+    (``spec.RESERVED_NAMES``, ``static`` among them), so the two never meet."""
 
     def __init__(self, api: FastAPI, plane: ControlPlane) -> None:
         self.api = api
