@@ -27,6 +27,7 @@ from flashpoint.errors import (
     QueueFullError,
     StoreError,
     UnknownGPUError,
+    UnsatisfiableError,
 )
 from flashpoint.explain import Explanation
 from flashpoint.flash import (
@@ -112,6 +113,7 @@ __all__ = [
     "JobTimeoutError",
     "NotFoundError",
     "QueueFullError",
+    "UnsatisfiableError",
     "StoreError",
     "UnknownGPUError",
 ]

@@ -41,6 +41,7 @@ from flashpoint.errors import (
     QueueFullError,
     StoreError,
     UnknownGPUError,
+    UnsatisfiableError,
 )
 from flashpoint.explain import Explanation
 from flashpoint.jobhandle import job_failure
@@ -65,6 +66,7 @@ ERRORS_BY_CODE: dict[str, type[Error]] = {
         NotReadyError,
         QueueFullError,
         StoreError,
+        UnsatisfiableError,
     )
 }
 #: codes of requests the server rejected, raised as ``BadInputError`` with that code

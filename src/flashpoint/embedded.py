@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from flashpoint import codec
 from flashpoint.config import Settings
-from flashpoint.errors import ConfigError
+from flashpoint.errors import ConfigError, UnsatisfiableError
 from flashpoint.explain import Explanation
 from flashpoint.hosting import http_url, listening_socket, open_backend
 from flashpoint.jobhandle import job_failure
@@ -158,6 +158,7 @@ class EmbeddedServer:
             await self._stop.wait()
         finally:
             try:
+                _warn_dropped(self.plane)
                 await self.plane.close()
             finally:
                 server.should_exit = True
@@ -239,10 +240,24 @@ class EmbeddedServer:
 
     async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
         def run(future: asyncio.Future[JobView]) -> None:
+            self._check_satisfiable(endpoint)
             job = self.plane.submit(endpoint, payload, extra)
             self.plane.on_finish(job.id, lambda view: _deliver(future, view))
 
         return await self._on_plane(run)
+
+    def _check_satisfiable(self, endpoint: str) -> None:
+        """A waiting call to an endpoint this fleet can never run fails at once when the fleet cannot change (the
+        local backend): it would wait forever (README's first example on a machine without GPUs)."""
+        ep = self.plane.endpoint(endpoint)
+        if ep.never is None or not getattr(self.plane.supervisor.backend, "static_fleet", False):
+            return
+        from flashpoint.scheduler.views import never_message
+
+        raise UnsatisfiableError(
+            never_message(ep.spec, ep.never, self.plane.index)
+            + " Nothing was submitted: this call would have waited forever (`fn.run(...)` queues the job anyway)."
+        )
 
     async def get(self, job_id: str) -> JobView:
         return await self._compute(lambda: self.plane.job(job_id).view())
@@ -315,6 +330,25 @@ class _LazyClientRoutes:
             routes = client_routes(self._plane, (self._key,), Intake({}, allow_pickle=True))
             self._clients = Router(routes=routes)
         await self._clients(scope, receive, send)
+
+
+def _warn_dropped(plane: ControlPlane) -> None:
+    """An embedded plane lives as long as its script: say how many jobs its end drops (submitted with ``fn.run`` and
+    never waited for), rather than let them vanish."""
+    queued = running = 0
+    for job in plane.store.unfinished():
+        if job.status is JobStatus.IN_QUEUE:
+            queued += 1
+        else:
+            running += 1
+    if queued or running:
+        log.warning(
+            "the script is ending with %d job(s) still queued and %d running: they are dropped (cancelled). Wait for "
+            "their results before the script ends (`await job.result()`), or serve the endpoints with `flashpoint "
+            "serve` for jobs that outlive a script",
+            queued,
+            running,
+        )
 
 
 class _LazyRoutes:

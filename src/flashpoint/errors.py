@@ -8,6 +8,7 @@
     ├─ InvalidTransitionError    a job status move that TRANSITIONS forbids
     ├─ BadInputError             an HTTP request the API cannot accept (its ``code`` says which check failed)
     ├─ QueueFullError            the plane holds as many queued jobs (or bytes of input) as it may: retry later
+    ├─ UnsatisfiableError        a waiting call to an endpoint no device of a fleet that cannot change could ever run
     ├─ JobFailedError            raised by ``await fn(...)``/``job.wait()``; remote type, message, traceback
     │  ├─ JobCancelledError      the job was cancelled
     │  └─ JobTimeoutError        the job ended TIMED_OUT
@@ -66,6 +67,14 @@ class InvalidTransitionError(Error):
     """A job cannot move from its current status to the requested one."""
 
     code = "invalid_transition"
+
+
+class UnsatisfiableError(Error):
+    """``await fn(...)`` on an embedded plane whose fleet cannot change (this machine's GPUs, or a simulated fleet),
+    for an endpoint no device of it could ever run: the call would wait forever, so it fails at once, saying what to
+    change. ``fn.run(...)`` still queues the job (``IN_QUEUE``, explained ``never``), as the seed says."""
+
+    code = "unsatisfiable"
 
 
 class JobFailedError(Error):

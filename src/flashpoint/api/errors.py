@@ -20,6 +20,7 @@ STATUS: dict[type[errors.Error], int] = {
     errors.NotFoundError: 404,
     errors.BadInputError: 400,
     errors.QueueFullError: 429,
+    errors.UnsatisfiableError: 409,
     errors.InvalidTransitionError: 409,
     errors.InvalidEndpointError: 400,
     errors.ConfigError: 400,

@@ -19,6 +19,8 @@ class LocalBackend:
     """Runs each worker as ``python -m flashpoint.worker`` (or any command) on this machine."""
 
     name = "local"
+    #: the machine's devices (or a simulated fleet) are read once: an endpoint none of them fits never will
+    static_fleet = True
 
     def __init__(self, devices: list[Device], nodes: list[Node] | None = None) -> None:
         self._devices = devices
