@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 
 from flashpoint import codec
-from flashpoint.codec import PICKLE_KEY, decode_call, decode_output, encode_call, encode_output, is_json
+from flashpoint.codec import (
+    ARGS_KEY,
+    PICKLE_KEY,
+    decode_call,
+    decode_output,
+    encode_call,
+    encode_output,
+    is_json,
+    unsendable,
+)
 
 
 @dataclass(frozen=True)
@@ -95,10 +104,10 @@ def test_no_arguments_is_an_empty_object() -> None:
 @pytest.mark.parametrize(
     ("args", "kwargs"),
     [
-        ((1, 2), {}),
+        ((1, (2, 3)), {}),
         ((), {"data": (1, 2)}),
         ((), {"blob": b"\x00\x01"}),
-        (("pos",), {"k": "v"}),
+        (("pos",), {"k": b"v"}),
         ((), {"point": Point(3, 4)}),
         ((), {"m": {1: {2: 3}}}),
         (([1, (2, 3)],), {"f": float("inf")}),
@@ -115,6 +124,33 @@ def test_non_json_call_round_trips_through_the_envelope(args: tuple[Any, ...], k
     assert type(decoded_args) is tuple
     assert decoded_kwargs == kwargs
     assert repr(decoded_kwargs) == repr(kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "payload"),
+    [
+        ((1, 2), {}, {ARGS_KEY: [1, 2]}),
+        (("pos",), {"k": "v"}, {"k": "v", ARGS_KEY: ["pos"]}),
+        (([1, {"a": None}],), {}, {ARGS_KEY: [[1, {"a": None}]]}),
+    ],
+    ids=["positional", "mixed", "nested"],
+)
+def test_json_positional_arguments_travel_as_json_beside_the_keywords(
+    args: tuple[Any, ...], kwargs: dict[str, Any], payload: dict[str, Any]
+) -> None:
+    assert encode_call(args, kwargs) == payload
+    assert decode_call(payload) == (args, kwargs)
+
+
+def test_a_keyword_named_like_the_positional_key_goes_in_the_envelope() -> None:
+    assert list(encode_call((1,), {ARGS_KEY: 2})) == [PICKLE_KEY]
+    with pytest.raises(TypeError, match="JSON list"):
+        decode_call({ARGS_KEY: "not a list"})
+
+
+def test_unsendable_names_what_json_cannot_carry() -> None:
+    named = [("argument 'a'", 1), ("argument 'b'", {1, 2}), ("argument 'c'", b"x"), ("argument 'd'", [1])]
+    assert unsendable(named) == ["argument 'b' (set)", "argument 'c' (bytes)"]
 
 
 def test_envelope_keeps_nan() -> None:

@@ -20,10 +20,12 @@ import base64
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 PICKLE_KEY = "__flashpoint_pickle__"
+#: positional arguments that JSON carries, beside the keyword ones: ``{"b": 2, "__flashpoint_args__": [1]}``
+ARGS_KEY = "__flashpoint_args__"
 #: beside a result's (or a stream chunk's) ``output``: how it is encoded, when it is not plain JSON
 ENCODING_KEY = "outputEncoding"
 BINARY_ENCODING = "cloudpickle-base64"
@@ -55,10 +57,19 @@ def _loads(text: str) -> Any:
 
 
 def encode_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments as a JSON object when possible, else the binary envelope (which also carries ``args``)."""
-    if not args and is_json(kwargs):
-        return dict(kwargs)
+    """Keyword arguments as a JSON object when possible (positional ones, when JSON too, under ``ARGS_KEY`` beside
+    them: ``f(*values)``, a positional-only parameter), else the binary envelope (which carries both)."""
+    if is_json(kwargs) and ARGS_KEY not in kwargs:
+        if not args:
+            return dict(kwargs)
+        if is_json(list(args)):
+            return {**kwargs, ARGS_KEY: list(args)}
     return {PICKLE_KEY: _dumps({"args": list(args), "kwargs": kwargs})}
+
+
+def unsendable(named: Iterable[tuple[str, Any]]) -> list[str]:
+    """The names of the values JSON cannot carry (``"argument 'data' (ndarray)"``), for a refusal to name them."""
+    return [f"{name} ({type(value).__name__})" for name, value in named if not is_json(value)]
 
 
 def decode_call(payload: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -70,6 +81,12 @@ def decode_call(payload: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         raise TypeError(
             f'job input must be a JSON object of keyword arguments, e.g. {{"data": ...}}; got {type(payload).__name__}'
         )
+    if ARGS_KEY in payload:
+        kwargs = dict(payload)
+        args = kwargs.pop(ARGS_KEY)
+        if not isinstance(args, list):
+            raise TypeError(f"{ARGS_KEY} holds a job's positional arguments as a JSON list; got {type(args).__name__}")
+        return tuple(args), kwargs
     return (), dict(payload)
 
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from flashpoint import codec, progress
+from flashpoint.callargs import encode_bound, naming_refused
 from flashpoint.connection import Connection, ServerConnection
 from flashpoint.default_connection import connect
 from flashpoint.endpointclient import ClientMethods, closing
@@ -327,14 +328,18 @@ class EndpointFunction(MapMethods, _Bound, Generic[T]):
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.spec.name}{self._signature}: {exc}") from None
-        return _encode_bound(bound)
+        return encode_bound(bound)
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._call(self._payload(args, kwargs), self._extra())
+        payload = self._payload(args, kwargs)
+        with naming_refused(self._signature, args, kwargs):
+            return await self._call(payload, self._extra())
 
     async def run(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Submit a job and return its handle as soon as it is queued."""
-        return await self._submit(self._payload(args, kwargs), self._extra())
+        payload = self._payload(args, kwargs)
+        with naming_refused(self._signature, args, kwargs):
+            return await self._submit(payload, self._extra())
 
     def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """Run a generator endpoint and yield its chunks as the worker produces them: ``async for x in fn.stream()``.
@@ -363,31 +368,6 @@ class EndpointFunction(MapMethods, _Bound, Generic[T]):
         return f"<Endpoint {self.spec.name!r} gpu={self.spec.describe_gpu()}>"
 
 
-def _encode_bound(bound: inspect.BoundArguments) -> Any:
-    """Arguments as the worker passes them: by name where the signature allows (so plain calls stay JSON), else by
-    position. When ``*args`` received values, every parameter before it goes by position too: by name, it would
-    arrive twice (``f(6, 7, a=1)`` for ``def f(a, *rest)`` called as ``f(1, 6, 7)``)."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    params = bound.signature.parameters
-    positional = any(
-        params[name].kind is inspect.Parameter.VAR_POSITIONAL and value for name, value in bound.arguments.items()
-    )
-    for param_name, value in bound.arguments.items():
-        kind = params[param_name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            args.extend(value)
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            kwargs.update(value)
-        elif kind is inspect.Parameter.POSITIONAL_ONLY or (
-            positional and kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-        ):
-            args.append(value)
-        else:
-            kwargs[param_name] = value
-    return codec.encode_call(tuple(args), kwargs)
-
-
 class EndpointClass(_Bound):
     """A decorated class: ``Model(...)`` gives an instance handle whose methods run on a warm worker instance."""
 
@@ -410,7 +390,7 @@ class EndpointClass(_Bound):
         except TypeError as exc:
             shown = signature.replace(return_annotation=inspect.Signature.empty)
             raise TypeError(f"{self.spec.name} {self.__wrapped__.__name__}{shown}: {exc}") from None
-        return EndpointInstance(self, _encode_bound(bound))
+        return EndpointInstance(self, encode_bound(bound))
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.spec.name!r} class {self.__wrapped__.__name__} gpu={self.spec.describe_gpu()}>"
@@ -447,16 +427,20 @@ class MethodCall(MapMethods):
         except TypeError as exc:
             raise TypeError(f"{self._owner.spec.name}.{self._method}: {exc}") from None
         bound.arguments.pop(next(iter(self._signature.parameters)))
-        payload = _encode_bound(bound)
+        payload = encode_bound(bound)
         if len(self._owner.spec.methods) > 1:
             payload["method"] = self._method  # DESIGN.md §1: with several methods, the input names one
         return payload
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._owner._call(self._payload(args, kwargs), self._owner._extra(self._init))
+        payload = self._payload(args, kwargs)
+        with naming_refused(self._signature, (None, *args), kwargs):
+            return await self._owner._call(payload, self._owner._extra(self._init))
 
     async def run(self, *args: Any, **kwargs: Any) -> JobHandle:
-        return await self._owner._submit(self._payload(args, kwargs), self._owner._extra(self._init))
+        payload = self._payload(args, kwargs)
+        with naming_refused(self._signature, (None, *args), kwargs):
+            return await self._owner._submit(payload, self._owner._extra(self._init))
 
     def _map_label(self) -> str:
         return f"{self._owner.spec.name}.{self._method}"
