@@ -10,7 +10,9 @@ as hyphens, printed by ``flashpoint ray-flags``); without one, Ray's coarse acce
 ``coarse``. Every live node is a node of the fleet, with or without GPUs: its ``CPU`` and ``memory`` resources are
 what CPU workers may reserve there, its ``datacenter`` label is matched by ``datacenter=``, and its ``cuda-version``
 label (also printed by ``flashpoint ray-flags``) by ``min_cuda_version``. Ray is imported only inside functions here,
-so ``import flashpoint`` never loads it.
+so ``import flashpoint`` never loads it. The labels and the reading of ``ray.nodes()`` are ``raynodes.py`` (pure);
+what a worker takes to a node that shares no filesystem with the plane (its environment, its code) is
+``rayship.py``.
 """
 
 from __future__ import annotations
@@ -21,15 +23,27 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flashpoint.backends import process
+from flashpoint.backends import process, rayship
 from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback, Started, address, http_env
+from flashpoint.backends.raynodes import (
+    CUDA_LABEL,
+    GPU_MODEL_LABEL,
+    NODE_ID_LABEL,
+    SIMULATED_LABEL,
+    devices_from_nodes,
+    node_labels,
+    node_name,
+    nodes_from_ray,
+    start_flags,
+)
+from flashpoint.backends.rayship import EnvironmentSetupError
 from flashpoint.errors import BackendError, ConfigError, NotReadyError
-from flashpoint.gpus import gpu_model_label, identify, identify_label
-from flashpoint.scheduler.inventory import DATACENTER_LABEL, Device, Fleet, Node
+from flashpoint.scheduler.inventory import Device, Fleet, Node
 
 __all__ = [
     "CUDA_LABEL",
@@ -45,19 +59,7 @@ __all__ = [
 
 log = logging.getLogger("flashpoint.backends.ray")
 
-#: the node label holding the exact GPU model, e.g. "NVIDIA-H200"
-GPU_MODEL_LABEL = "gpu-model"
-#: "1" on a node whose GPUs are simulated (declared with ``ray start --num-gpus``, no real device behind them)
-SIMULATED_LABEL = "flashpoint-simulated"
-#: the node label holding the driver's CUDA version, e.g. "12.8" (NVML's, or FLASHPOINT_SIMULATED_CUDA)
-CUDA_LABEL = "cuda-version"
-#: labels flashpoint reads for itself, not shown among a node's labels
-_OWN_LABELS = frozenset({GPU_MODEL_LABEL, SIMULATED_LABEL, CUDA_LABEL})
 _MIB = 1024 * 1024
-_NODE_ID_LABEL = "ray.io/node-id"
-_ACCELERATOR_LABEL = "ray.io/accelerator-type"
-_ACCELERATOR_RESOURCE = "accelerator_type:"
-
 #: set before Ray starts, unless the user set them: nothing leaves the machine
 NO_PHONE_HOME: Mapping[str, str] = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -70,133 +72,6 @@ def quiet_ray() -> None:
     """Turn Ray's usage reporting off (unless the user set those variables); call before Ray starts or connects."""
     for name, value in NO_PHONE_HOME.items():
         os.environ.setdefault(name, value)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# labels: what `ray start` needs to describe a node, and what `ray.nodes()` tells back
-
-
-def node_labels(devices: Sequence[Device], node: Node | None = None) -> dict[str, str]:
-    """The labels that describe a node with these devices (and, given ``node``, its CUDA version and datacenter) to
-    flashpoint's Ray backend.
-
-    Raises:
-        ConfigError: no devices and nothing else to say, or devices of more than one model (a Ray label names one
-            model per node).
-    """
-    extra: dict[str, str] = {}
-    if node is not None:
-        if node.cuda and devices:  # CUDA matters to GPU endpoints only
-            extra[CUDA_LABEL] = node.cuda
-        if node.datacenter:
-            extra[DATACENTER_LABEL] = node.datacenter
-    if not devices:
-        if extra:
-            return extra
-        raise ConfigError(
-            "this node has no GPUs to label (no NVIDIA driver, and FLASHPOINT_SIMULATED_GPUS is not set); "
-            "start it without GPU flags, or simulate some with FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1"
-        )
-    names = sorted({d.name for d in devices})
-    if len(names) > 1:
-        raise ConfigError(
-            f"this node has GPUs of {len(names)} models ({', '.join(names)}), and a Ray node carries one gpu-model "
-            "label: start one Ray node per model, each with CUDA_VISIBLE_DEVICES set to that model's devices"
-        )
-    labels = {GPU_MODEL_LABEL: gpu_model_label(names[0])}
-    if any(d.simulated for d in devices):
-        labels[SIMULATED_LABEL] = "1"
-    return {**labels, **extra}
-
-
-def start_flags(devices: Sequence[Device], node: Node | None = None, *, declared: bool = False) -> list[str]:
-    """The ``ray start`` flags for a node with these devices, e.g. ``--num-gpus=2 --labels=gpu-model=NVIDIA-H200``;
-    with ``node``, its CUDA version and datacenter labels too, and (``declared``: FLASHPOINT_CPUS or
-    FLASHPOINT_MEMORY_GB set) its logical CPUs and memory, so Ray's accounting is flashpoint's."""
-    labels = node_labels(devices, node)
-    flags = [f"--num-gpus={len(devices)}"]
-    if node is not None and declared:
-        flags += [f"--num-cpus={node.cpus}", f"--memory={node.memory_mb * _MIB}"]
-    return [*flags, "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items())]
-
-
-def node_name(node: Mapping[str, Any]) -> str:
-    """How placements name a Ray node: its address and the start of its node id, e.g. ``10.0.0.5/67f885db``."""
-    return f"{node.get('NodeName') or node.get('NodeManagerAddress') or 'ray'}/{str(node['NodeID'])[:8]}"
-
-
-def _coarse_type(node: Mapping[str, Any]) -> str | None:
-    labels = node.get("Labels") or {}
-    if labels.get(_ACCELERATOR_LABEL):
-        return str(labels[_ACCELERATOR_LABEL])
-    for resource in node.get("Resources") or {}:
-        if str(resource).startswith(_ACCELERATOR_RESOURCE):
-            return str(resource)[len(_ACCELERATOR_RESOURCE) :]
-    return None
-
-
-def devices_from_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[Device]:
-    """The GPUs of the live nodes among ``nodes`` (as ``ray.nodes()`` gives them), in the order given.
-
-    A node's ``GPU`` resource says how many devices it has; its ``gpu-model`` label says which model. A node without
-    that label falls back to Ray's coarse accelerator type: the device is marked ``coarse``, and gets a catalog model
-    only when the coarse name identifies one ("H200"); an ambiguous one ("A100") stays unrecognised, for ``ANY`` only.
-    """
-    devices: list[Device] = []
-    for node in nodes:
-        if not node.get("Alive"):
-            continue
-        count = int((node.get("Resources") or {}).get("GPU", 0))
-        if count < 1:
-            continue
-        labels = node.get("Labels") or {}
-        label = labels.get(GPU_MODEL_LABEL)
-        if label:
-            model = identify_label(str(label))
-            name, coarse = (model.name if model is not None else str(label)), False
-        else:
-            name = _coarse_type(node) or "unlabelled GPU"
-            model, coarse = identify(name), True
-        simulated = str(labels.get(SIMULATED_LABEL, "")).lower() in ("1", "true", "yes")
-        where = node_name(node)
-        for index in range(count):
-            devices.append(
-                Device(
-                    node=where,
-                    index=index,
-                    name=name,
-                    model=model,
-                    memory_mb=model.vram_gb * 1024 if model is not None else 0,
-                    simulated=simulated,
-                    uuid=f"{node['NodeID']}:{index}",
-                    coarse=coarse,
-                )
-            )
-    return devices
-
-
-def nodes_from_ray(nodes: Sequence[Mapping[str, Any]]) -> list[Node]:
-    """The live nodes among ``nodes`` (as ``ray.nodes()`` gives them), with or without GPUs, in the order given: their
-    ``CPU`` and ``memory`` resources (what CPU workers may reserve), their ``cuda-version`` label (None without one:
-    GPU endpoints with ``min_cuda_version`` pass such a node by), and their other labels (``datacenter`` among them;
-    Ray's own ``ray.io/`` labels and flashpoint's are left out)."""
-    found: list[Node] = []
-    for node in nodes:
-        if not node.get("Alive"):
-            continue
-        resources = node.get("Resources") or {}
-        labels = {str(k): str(v) for k, v in (node.get("Labels") or {}).items()}
-        found.append(
-            Node(
-                node_name(node),
-                cpus=int(resources.get("CPU", 0)),
-                memory_mb=int(resources.get("memory", 0)) // _MIB,
-                cuda=labels.get(CUDA_LABEL) or None,
-                labels={k: v for k, v in labels.items() if not k.startswith("ray.io/") and k not in _OWN_LABELS},
-                simulated=labels.get(SIMULATED_LABEL, "").lower() in ("1", "true", "yes"),
-            )
-        )
-    return found
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -215,21 +90,33 @@ class WorkerHost:
         self._changed = asyncio.Event()
         self._code: int | None = None
         self._task: asyncio.Task[None] | None = None
+        self._code_dir: str | None = None
 
     async def start(
-        self, argv: list[str], env: dict[str, str], cwd: str | None, plane_python: str, http: bool = False
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        plane_python: str,
+        http: bool = False,
+        code: bytes | None = None,
+        working_dir: bool = False,
     ) -> tuple[list[str], str | None]:
         """Start the worker process; the GPU ids Ray gave this actor (and so the worker), and a route worker's
-        address: a free port on this node's address, which the control plane's proxy connects to."""
+        address: a free port on this node's address, which the control plane's proxy connects to.
+
+        ``code``: the bytes of the plane's code file, written to a private file here in its place. ``working_dir``:
+        the app's folder is this actor's working directory (Ray unpacked it), which the worker runs in and imports
+        from. The plane's interpreter in the command means this actor's: the runtime_env's, when it has one.
+        """
         import ray
 
-        command = list(argv)
-        if command and command[0] == plane_python:  # the plane's interpreter means this node's (same packages)
-            command[0] = sys.executable
+        unpacked = rayship.unpack(argv, env, cwd, plane_python=plane_python, code=code, working_dir=working_dir)
+        self._code_dir = unpacked.code_dir
         node_id = ray.get_runtime_context().get_node_id()
         # Ray set CUDA_VISIBLE_DEVICES for this actor to the GPUs it gave it, numbered as the node's raylet sees them
         # (which honours a CUDA_VISIBLE_DEVICES the node was started with): the worker keeps those, not the ledger's
-        plane_env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
+        plane_env = {k: v for k, v in unpacked.env.items() if k != "CUDA_VISIBLE_DEVICES"}
         full_env = {
             **os.environ,
             **plane_env,
@@ -243,13 +130,18 @@ class WorkerHost:
             port = process.free_port(host)
             full_env.update(http_env(host, port))
             where = address(host, port)
-        wrapped = [sys.executable, "-m", "flashpoint.worker.launch", "--parent", str(os.getpid()), "--", *command]
-        self._proc = await process.spawn(wrapped, full_env, cwd)
+        wrapped = [sys.executable, "-m", "flashpoint.worker.launch", "--parent", str(os.getpid()), "--", *unpacked.argv]
+        try:
+            self._proc = await process.spawn(wrapped, full_env, unpacked.cwd)
+        except BaseException:
+            rayship.remove_code(self._code_dir)
+            raise
         self._task = asyncio.create_task(self._run(self._proc))
         return [str(i) for i in ray.get_gpu_ids()], where
 
     async def _run(self, proc: asyncio.subprocess.Process) -> None:
         self._code = await process.watch(proc, self._add)
+        rayship.remove_code(self._code_dir)  # the worker read its code at start; nothing else may
         self._changed.set()
 
     def _add(self, channel: str, line: str) -> None:
@@ -281,6 +173,9 @@ class RayBackend:
     """Places each worker as a ``WorkerHost`` actor pinned to its node (and GPU model) with a label selector."""
 
     name = "ray"
+    #: an endpoint's ``dependencies`` are installed by Ray on the worker's node (a ``pip`` runtime_env), so the plane
+    #: builds no environment of its own for this backend's workers
+    builds_environments = True
 
     def __init__(
         self,
@@ -290,12 +185,21 @@ class RayBackend:
         poll_s: float = 1.0,
         local_devices: Sequence[Device] = (),
         local_node: Node | None = None,
+        env_setup_timeout_s: float = 600.0,
+        ship_code: bool = True,
     ) -> None:
         """``address`` is a Ray cluster's (``ray://``, ``host:port`` or ``auto``); None starts a one-node Ray here,
         labelled from ``local_devices`` (this machine's NVML or simulated GPUs) and ``local_node`` (its CUDA version
-        and datacenter; its logical CPUs become the node's)."""
+        and datacenter; its logical CPUs become the node's).
+
+        ``env_setup_timeout_s`` bounds the installation of an endpoint's ``dependencies`` on a node (Ray's
+        ``setup_timeout_seconds``; the worker's start waits that plus ``ready_timeout_s``). ``ship_code`` False
+        uploads no app folder: every node then needs the app at the plane's path (a shared filesystem or image).
+        """
         self.address = address
         self.ready_timeout_s = ready_timeout_s
+        self.env_setup_timeout_s = env_setup_timeout_s
+        self.ship_code = ship_code
         self.poll_s = poll_s
         self._local = list(local_devices)
         self._local_node = local_node
@@ -396,7 +300,7 @@ class RayBackend:
         node = self._nodes.get(where)
         if node is None:
             raise NotReadyError(f"node {where} has left the Ray cluster")
-        selector = {_NODE_ID_LABEL: str(node["NodeID"])}
+        selector = {NODE_ID_LABEL: str(node["NodeID"])}
         label = (node.get("Labels") or {}).get(GPU_MODEL_LABEL)
         if label and gpus:
             selector[GPU_MODEL_LABEL] = str(label)
@@ -407,10 +311,19 @@ class RayBackend:
 
         if self._closed or not ray.is_initialized():  # Ray calls would start (or join) a Ray of their own
             raise BackendError(f"worker {launch.worker_id}: the Ray backend is closed")
+        # the code and environment the worker takes to its node: an upload of the app's folder may take a while
+        upload = _upload if self.ship_code else None
+        shipment = await asyncio.to_thread(
+            rayship.pack, launch.argv, launch.env, setup_timeout_s=self.env_setup_timeout_s, upload=upload
+        )
+        if self._closed or not ray.is_initialized():
+            raise BackendError(f"worker {launch.worker_id}: the Ray backend is closed")
         # a CPU worker reserves its instance's CPUs and memory in Ray too, so Ray's accounting is the ledger's
         options: dict[str, Any] = {"num_cpus": launch.cpus, "num_gpus": len(launch.devices), "max_restarts": 0}
         if launch.memory_mb:
             options["memory"] = launch.memory_mb * _MIB
+        if shipment.runtime_env is not None:
+            options["runtime_env"] = shipment.runtime_env
         where = launch.devices[0].node if launch.devices else launch.node
         if where:
             options["label_selector"] = self._selector(where, bool(launch.devices))
@@ -419,18 +332,44 @@ class RayBackend:
         actor = self._host_class.options(**options).remote()
         self._starting.add(actor)
         self._none_starting.clear()
+        # installing dependencies on the node comes before the actor exists: the wait allows for it
+        wait_s = self.ready_timeout_s + (self.env_setup_timeout_s if shipment.requirements else 0.0)
         try:
             gpu_ids, where_http = await asyncio.wait_for(
-                actor.start.remote(list(launch.argv), dict(launch.env), launch.cwd, sys.executable, launch.http),
-                self.ready_timeout_s,
+                actor.start.remote(
+                    list(launch.argv),
+                    shipment.env,
+                    launch.cwd,
+                    sys.executable,
+                    launch.http,
+                    shipment.code,
+                    shipment.app_root is not None,
+                ),
+                wait_s,
             )
         except asyncio.TimeoutError:
             _kill(actor)
             where = where or "any node"
+            if shipment.requirements:  # Ray does not say whether it was still installing or still placing
+                raise EnvironmentSetupError(
+                    f"worker {launch.worker_id}: Ray did not start its actor on {where} within {wait_s:g}s, "
+                    f"{_setting_up(shipment)} included (setup_timeout_seconds="
+                    f"{self.env_setup_timeout_s:g}): the installation may be too slow for that, or the node gone",
+                    requirements=shipment.requirements,
+                ) from None
             raise NotReadyError(
                 f"worker {launch.worker_id}: Ray did not start its actor on {where} within {self.ready_timeout_s:g}s "
                 "(the node may be gone, or its GPUs in use outside flashpoint)"
             ) from None
+        except ray.exceptions.RuntimeEnvSetupError as exc:  # the installer failed (Ray tried a few times on the node)
+            _kill(actor)
+            installer = rayship.installer_error(str(exc))
+            raise EnvironmentSetupError(
+                f"worker {launch.worker_id}: Ray could not set up its environment on {where or 'its node'} "
+                f"({_setting_up(shipment)}):\n{installer}",
+                requirements=shipment.requirements,
+                installer=installer,
+            ) from exc
         except ray.exceptions.ActorUnschedulableError as exc:  # the node left, or cannot hold the request any more
             _kill(actor)
             raise NotReadyError(f"worker {launch.worker_id}: Ray cannot place it there: {_short(exc)}") from exc
@@ -528,6 +467,33 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
             f"no Ray cluster answers at {address} ({exc}). Start one with `ray start --head` and pass the address it "
             "prints as FLASHPOINT_RAY_ADDRESS (or serve --ray-address); leave it unset to start Ray on this machine"
         ) from None
+
+
+def _upload(directory: str) -> str:
+    """Pack ``directory`` into the cluster (unless a package of the same content is there) and return its
+    ``gcs://`` URI for a ``working_dir``. Ray takes a local folder as ``working_dir`` for a whole job only
+    (``ray.init``), not per actor; this is the step it runs for a job, through its packaging module (not a public
+    API: a Ray without it is reported as such)."""
+    try:
+        from ray._private.runtime_env import packaging
+    except ImportError as exc:  # pragma: no cover - depends on the installed Ray
+        raise BackendError(f"this Ray cannot ship an app's folder ({exc}); install the app on every node") from exc
+    include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"  # as Ray does for a job
+    excludes = list(rayship.EXCLUDES)
+    uri = str(packaging.get_uri_for_directory(directory, include_gitignore=include_gitignore, excludes=excludes))
+    with tempfile.TemporaryDirectory(prefix="flashpoint-ship-") as scratch:
+        packaging.upload_package_if_needed(
+            uri, scratch, directory, include_gitignore=include_gitignore, excludes=excludes, logger=log
+        )
+    return uri
+
+
+def _setting_up(shipment: rayship.Shipment) -> str:
+    """What Ray was setting up for a worker, in words."""
+    steps = [f"pip install {' '.join(shipment.requirements)}"] if shipment.requirements else []
+    if shipment.app_root is not None:
+        steps.append(f"the app's folder {shipment.app_root}")
+    return " and ".join(steps) or "its runtime_env"
 
 
 def _kill(actor: Any) -> None:
