@@ -6,9 +6,12 @@ The SDK's in-process server is ``embedded.py``; what both need to host a control
 from __future__ import annotations
 
 import inspect
+import json
+import logging
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,8 @@ from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.hosting import http_url, listening_socket, loopback, open_backend
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
+
+log = logging.getLogger(__name__)
 
 
 def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[Any], None]:
@@ -34,7 +39,8 @@ def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[An
             raise fail(f"input must be a JSON object of keyword arguments for {name}{signature}, e.g. "
                        f'{{"input": {{"data": ...}}}}; got {type(payload).__name__}')  # fmt: skip
         try:
-            signature.bind(*leading, **payload)
+            args, kwargs = codec.decode_call(payload) if codec.ARGS_KEY in payload else ((), payload)
+            signature.bind(*leading, *args, **kwargs)
         except TypeError as exc:
             raise fail(f"input does not fit {name}{signature}: {exc}") from None
 
@@ -83,6 +89,28 @@ def _needs_target(name: str, targets: list[str]) -> Callable[[Any], None]:
         )
 
     return check
+
+
+def announce(folder: Path, *, url: str, key: str | None, app: str) -> Path | None:
+    """Tell the CLI on this machine (``flashpoint status``, ``gpus``, ``jobs``...) where this server is, as embedded
+    planes do: ``<folder>/<pid>-serve.json``, readable by this user only, replaced whole (never half-written).
+
+    ``key`` is the key the server minted for this machine's CLI, never one the user configured: a file left behind by
+    a killed server holds a key that died with it. None (a server that asks for no key) is written as null.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{os.getpid()}-serve.json"
+        partial = path.with_suffix(".tmp")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            body = {"pid": os.getpid(), "url": url, "key": key, "kind": "server", "app": app, "startedAt": time.time()}
+            json.dump(body, handle)
+        os.replace(partial, path)
+        return path
+    except OSError as exc:
+        log.warning("cannot announce the server to the CLI in %s: %s", folder, exc)
+        return None
 
 
 class Server:
@@ -184,6 +212,9 @@ class Server:
 
         # the workers of a shared name load a pickled table of its functions' import paths from a file
         code_dir = tempfile.TemporaryDirectory(prefix="flashpoint-serve-")
+        # this machine's CLI gets a key of its own (in the announcement), so no configured key is ever written down
+        cli_key = secrets.token_urlsafe(32) if self.api_keys else None
+        announced: list[Path] = []
 
         async def startup() -> None:
             await plane.start()
@@ -194,13 +225,24 @@ class Server:
                     Path(code_file).write_bytes(target.pickled)
                 plane.register(handle.spec, target, code_file)
             recovered = plane.recover()
+            # announced before the line that says it serves: whoever waits for that line finds the file
+            url = http_url(worker_host, port)
+            path = announce(self.settings.state_dir / "run", url=url, key=cli_key, app=self.target)
+            if path is not None:
+                announced.append(path)
             print(
                 f"flashpoint serving {', '.join(handles)} on http://{self.host}:{port} "
                 f"(fleet: {plane.fleet_summary()}; jobs in {self.db}; {recovered} unfinished job(s) recovered)",
                 flush=True,
             )
 
+        def unannounce() -> None:
+            for path in announced:
+                path.unlink(missing_ok=True)
+            announced.clear()
+
         async def shutdown() -> None:
+            unannounce()
             await plane.close()
             await dispatch.routes.close()
             store.close()
@@ -208,7 +250,7 @@ class Server:
 
         app = create_app(
             plane,
-            api_keys=self.api_keys,
+            api_keys=self.api_keys + ((cli_key,) if cli_key else ()),
             intake=Intake(
                 # a command's handler takes any JSON input (as on Runpod); functions are checked by signature
                 input_checkers(handles),
@@ -244,4 +286,7 @@ class Server:
             timeout_keep_alive=120,
             timeout_graceful_shutdown=3,
         )
-        _Uvicorn(config).run(sockets=[sock])
+        try:
+            _Uvicorn(config).run(sockets=[sock])
+        finally:
+            unannounce()

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from flashpoint._version import __version__
-from flashpoint.cli import dev, env, explain, gpus, run, serve
+from flashpoint.cli import dev, env, explain, gpus, jobs, run, serve, status
 from flashpoint.errors import Error
 
 __all__ = ["app", "main"]
@@ -22,11 +22,18 @@ app = typer.Typer(
     name="flashpoint",
     help="Runpod Flash-style GPU endpoints on your own GPUs.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_show_locals=False,
 )
+app.command("status")(status.status)
 app.command("gpus")(gpus.gpus)
 app.command("explain")(explain.explain)
+app.command("jobs")(jobs.jobs)
+app.command("job")(jobs.job)
+app.command("logs")(jobs.logs)
+app.command("cancel")(jobs.cancel)
+app.command("retry")(jobs.retry)
+app.command("call")(jobs.call)
 app.command("serve")(serve.serve)
 app.command("ray-flags")(gpus.ray_flags)
 app.command("run", context_settings=run.CONTEXT)(run.run)

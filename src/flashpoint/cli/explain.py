@@ -14,11 +14,21 @@ from typing import Annotated, Any, NoReturn
 from urllib.parse import quote
 
 import typer
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from flashpoint.cli.live import LivePlane, Unreachable, describe, live_planes, no_plane_message
-from flashpoint.cli.output import console, print_json
+from flashpoint.cli.live import LivePlane, describe, no_plane_message
+from flashpoint.cli.output import (
+    CountOption,
+    IntervalOption,
+    WatchOption,
+    check_watch,
+    console,
+    print_json,
+    watch as watch_view,
+)
+from flashpoint.cli.target import KeyOption, UrlOption, ask, planes, where
 from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
 from flashpoint.errors import ConfigError, NotFoundError
@@ -33,6 +43,9 @@ from flashpoint.scheduler.placement import CpuFit, NoFit, endpoint_notes, never_
 from flashpoint.scheduler.views import never_summary
 from flashpoint.spec import EndpointSpec
 from flashpoint.whatif import Row, Verdict, what_if
+
+#: what ``explain`` adds when no process runs
+_OFFLINE_HINT = ", or pass --app app.py to explain its endpoints against this machine's fleet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,16 +107,34 @@ def explain(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+    watch: WatchOption = False,
+    interval: IntervalOption = 2.0,
+    count: CountOption = None,
 ) -> None:
     """Say why jobs wait IN_QUEUE (or that they don't), per GPU candidate.
 
-    Without --app, asks the flashpoint processes running on this machine about a job, an endpoint, or all endpoints.
+    Without --app, asks the flashpoint processes running on this machine (servers and scripts), or the server at
+    --url, about a job, an endpoint, or all endpoints.
 
     With --app, loads the endpoints of a file or module and says, starting nothing, which GPUs a worker would get now.
 
     With --app and --fleet, says for each endpoint where its workers would go on that fleet (minimums first, then a
     first worker each, then up to each maximum in turn), or that they never can, and why.
     """
+    if watch and app_path is not None:
+        _usage("--watch follows running processes; --app starts nothing and would not change: leave one out")
+    check_watch(watch, as_json)
+    if watch:
+
+        def draw() -> RenderableType:
+            notes: list[str] = []
+            items = _live(target, Settings.load(), url, key, notes)
+            return Group(render_items(items), *(Text(note) for note in notes))
+
+        watch_view(draw, interval=interval, count=count, out=console())
+        return
     if fleet is not None:
         if app_path is None:
             _usage(
@@ -114,16 +145,23 @@ def explain(
     if app_path is not None:
         items = _offline(app_path, target)
     else:
-        items = _live(target, Settings.load())
+        items = _live(target, Settings.load(), url, key)
     if as_json:
         print_json({"explanations": [item.to_json() for item in items]})
         return
+    print(render_items(items).plain, end="")
+
+
+def render_items(items: list[Item]) -> Text:
+    """The explanations as text, under a ``== source`` line per process (what ``--watch`` redraws)."""
+    lines: list[str] = []
     source = None
     for item in items:
         if item.source != source:
-            print(f"== {item.source}")
+            lines.append(f"== {item.source}\n")
             source = item.source
-        print(item, end="\n\n")
+        lines.append(f"{item}\n\n")
+    return Text("".join(lines))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -349,14 +387,6 @@ def _workers_table(row: Row, fleet: SimulatedFleet) -> Table:
 # live: the running flashpoint processes
 
 
-def _get(plane: LivePlane, path: str) -> dict[str, Any] | None:
-    try:
-        return plane.get(path)
-    except Unreachable as exc:
-        print(f"warning: {exc}; skipped", file=sys.stderr)
-        return None
-
-
 def _endpoint_items(plane: LivePlane, body: dict[str, Any]) -> list[Item]:
     return [
         Item(Explanation.from_json(ep["explanation"]), describe(plane), plane.pid, asks=ep.get("gpu"))
@@ -364,34 +394,48 @@ def _endpoint_items(plane: LivePlane, body: dict[str, Any]) -> list[Item]:
     ]
 
 
-def _live(target: str | None, settings: Settings) -> list[Item]:
-    planes = live_planes(settings)
-    if not planes:
-        if target is not None:
-            raise NotFoundError(no_plane_message(settings))
-        print(no_plane_message(settings), file=sys.stderr)
+def _live(
+    target: str | None,
+    settings: Settings,
+    url: str | None = None,
+    key: str | None = None,
+    notes: list[str] | None = None,
+) -> list[Item]:
+    """Ask the planes (this machine's, or the one at ``url``); what cannot be said goes to ``notes`` (else stderr)."""
+
+    def note(text: str) -> None:
+        if notes is None:
+            print(text, file=sys.stderr)
+        else:
+            notes.append(text)
+
+    found = planes(url, key, settings)
+    if not found:
+        message = no_plane_message(settings, _OFFLINE_HINT)
+        if target is not None and notes is None:
+            raise NotFoundError(message)
+        note(message)
         return []
     if target is None:
         items: list[Item] = []
-        for plane in planes:
-            body = _get(plane, "/v1/endpoints")
+        for plane in found:
+            body = ask(plane, "/v1/endpoints", notes=notes)
             if body is not None:
                 if not body["endpoints"]:
-                    print(f"{describe(plane)}: no endpoint has been called yet", file=sys.stderr)
+                    note(f"{describe(plane)}: no endpoint has been called yet")
                 items.extend(_endpoint_items(plane, body))
         return items
     names: list[str] = []
-    for plane in planes:
-        job = _get(plane, f"/v1/jobs/{quote(target, safe='')}")
+    for plane in found:
+        job = ask(plane, f"/v1/jobs/{quote(target, safe='')}", notes=notes)
         if job is not None:
             explanation = Explanation.from_json(job["explanation"])
             return [Item(explanation, describe(plane), plane.pid, placement=job.get("placement"))]
-    for plane in planes:
-        found = _get(plane, f"/v1/endpoints/{quote(target, safe='')}/explain")
-        if found is not None:
-            return [Item(Explanation.from_json(found), describe(plane), plane.pid)]
-        body = _get(plane, "/v1/endpoints")
+    for plane in found:
+        endpoint = ask(plane, f"/v1/endpoints/{quote(target, safe='')}/explain", notes=notes)
+        if endpoint is not None:
+            return [Item(Explanation.from_json(endpoint), describe(plane), plane.pid)]
+        body = ask(plane, "/v1/endpoints", notes=notes)
         names.extend(ep["name"] for ep in (body or {}).get("endpoints", []))
-    pids = ", ".join(str(p.pid) for p in planes)
     known = f"; endpoints: {', '.join(sorted(set(names)))}" if names else ""
-    raise NotFoundError(f"no job or endpoint {target!r} in the flashpoint process(es) running here (pid {pids}){known}")
+    raise NotFoundError(f"no job or endpoint {target!r} in {where(found)}{known}")

@@ -1,19 +1,33 @@
-"""``flashpoint gpus``: the GPUs of this machine (or of the running flashpoint processes), and the catalog.
+"""``flashpoint gpus``: the GPUs of this machine (or of the running flashpoint processes, or of the server at --url),
+and the catalog.
 
 Edge module: may import anything in flashpoint, plus typer and rich.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
-from flashpoint.cli.live import LivePlane, Unreachable, live_planes
-from flashpoint.cli.output import console, device_row, model_summary, print_json
+from flashpoint.cli.live import LivePlane, describe
+from flashpoint.cli.output import (
+    CountOption,
+    IntervalOption,
+    JsonOption,
+    WatchOption,
+    check_watch,
+    console,
+    device_row,
+    model_summary,
+    print_json,
+    watch as watch_view,
+)
+from flashpoint.cli.target import KeyOption, UrlOption, ask, planes
 from flashpoint.config import Settings
 from flashpoint.fleet import discover_fleet
 from flashpoint.gpus import MODELS, GpuGroup, pool_models
@@ -21,15 +35,21 @@ from flashpoint.scheduler.inventory import Fleet, Node
 
 
 def gpus(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    as_json: JsonOption = False,
     catalog: Annotated[
         bool, typer.Option("--catalog", help="Print the GpuType / GpuGroup catalog instead of this machine's GPUs.")
     ] = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+    watch: WatchOption = False,
+    interval: IntervalOption = 2.0,
+    count: CountOption = None,
 ) -> None:
     """Show the GPUs flashpoint would use here, and who holds them; and the nodes, with the vCPUs and memory CPU
     workers may reserve, their CUDA version and labels.
 
-    With a flashpoint process running on this machine, shows its fleet and the worker holding each device.
+    With flashpoint processes running on this machine (`flashpoint serve` servers and scripts), shows each one's
+    fleet and the worker holding each device; with --url, the fleet of the server there.
 
     Otherwise, with FLASHPOINT_BACKEND=ray and FLASHPOINT_RAY_ADDRESS set, shows the Ray cluster's fleet.
 
@@ -38,12 +58,37 @@ def gpus(
     if catalog:
         _catalog(as_json)
         return
+    check_watch(watch, as_json)
+    if watch:
+
+        def draw() -> RenderableType:
+            notes: list[str] = []
+            source, fleets, settings = collect(url, key, notes)
+            return Group(*render(source, fleets, settings), *(Text(note) for note in notes))
+
+        watch_view(draw, interval=interval, count=count, out=console())
+        return
+    source, fleets, settings = collect(url, key, None)
+    if as_json:
+        print_json({"source": source, "fleets": fleets})
+        return
+    out = console()
+    for part in render(source, fleets, settings):
+        out.print(part)
+
+
+def collect(url: str | None, key: str | None, notes: list[str] | None) -> tuple[str, list[dict[str, Any]], Settings]:
+    """Where the fleets come from (``live``, ``url``, ``ray`` or ``local``) and each one's devices, models and nodes.
+
+    Planes of this machine that do not answer are skipped (noted in ``notes``, else on stderr)."""
     settings = Settings.load()
     fleets: list[dict[str, Any]] = []
-    for plane in live_planes(settings):
-        fleet = _plane_fleet(plane)
+    for plane in planes(url, key, settings):
+        fleet = _plane_fleet(plane, notes)
         if fleet is not None:
             fleets.append(fleet)
+    if url:
+        return "url", fleets, settings
     source = "live"
     if not fleets and settings.backend == "ray" and settings.ray_address:
         source = "ray"
@@ -51,33 +96,44 @@ def gpus(
     if not fleets:
         source = "local"
         fleets.append(_fleet_body(discover_fleet(settings, settings.simulated_gpus), None))
-    if as_json:
-        print_json({"source": source, "fleets": fleets})
-        return
-    out = console()
+    return source, fleets, settings
+
+
+def render(source: str, fleets: Sequence[dict[str, Any]], settings: Settings) -> list[RenderableType]:
+    """What ``flashpoint gpus`` prints (and redraws with --watch): per fleet, its devices, models and nodes."""
+    parts: list[RenderableType] = []
     for fleet in fleets:
         rows = fleet["devices"]
         if source == "ray":
             title = (
                 f"GPUs of the Ray cluster at {fleet['url']} (from its nodes' labels; no flashpoint process runs here)"
             )
-        elif fleet["pid"] is None:
+        elif fleet.get("source") is None:
             origin = "simulated via FLASHPOINT_SIMULATED_GPUS" if settings.simulated_gpus else "NVML"
             title = f"GPUs of this machine ({origin}; no flashpoint process is running, so all are free)"
         else:
-            title = f"GPUs of flashpoint process {fleet['pid']} ({fleet['url']})"
+            title = f"GPUs of {fleet['source']}"
         if not rows:
-            out.print(f"{title}: none. Set FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1 to simulate some.")
+            parts.append(Text(f"{title}: none. Set FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1 to simulate some."))
         else:
-            out.print(device_table(title, rows))
-            out.print(summary_table(fleet["models"]))
+            parts.append(device_table(title, rows))
+            parts.append(summary_table(fleet["models"]))
         if fleet.get("nodes"):
-            out.print(node_table(fleet["nodes"]))
+            parts.append(node_table(fleet["nodes"]))
+    return parts
 
 
 def _fleet_body(fleet: Fleet, url: str | None) -> dict[str, Any]:
     rows = [device_row(d) for d in fleet.devices]
-    return {"pid": None, "url": url, "devices": rows, "models": model_summary(rows), "nodes": _node_rows(fleet.nodes)}
+    return {
+        "pid": None,
+        "url": url,
+        "kind": None,
+        "source": None,
+        "devices": rows,
+        "models": model_summary(rows),
+        "nodes": _node_rows(fleet.nodes),
+    }
 
 
 def _node_rows(nodes: Sequence[Node]) -> list[dict[str, Any]]:
@@ -125,18 +181,16 @@ def ray_flags(
     print(" ".join(start_flags(fleet.devices, node, declared=declared)))
 
 
-def _plane_fleet(plane: LivePlane) -> dict[str, Any] | None:
-    try:
-        body = plane.get("/v1/fleet")
-    except Unreachable as exc:
-        print(f"warning: {exc}; skipped", file=sys.stderr)
-        return None
+def _plane_fleet(plane: LivePlane, notes: list[str] | None) -> dict[str, Any] | None:
+    body = ask(plane, "/v1/fleet", notes=notes)
     if body is None:
         return None
     rows: list[dict[str, Any]] = body["devices"]
     return {
         "pid": plane.pid,
         "url": plane.url,
+        "kind": plane.kind,
+        "source": describe(plane),
         "devices": rows,
         "models": model_summary(rows),
         "nodes": body.get("nodes", []),

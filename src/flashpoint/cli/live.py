@@ -1,4 +1,9 @@
-"""Live control planes on this machine: the announcement files embedded planes write, and HTTP calls to them.
+"""Live control planes: the announcement files embedded planes and ``flashpoint serve`` write, and HTTP calls to them.
+
+An announcement is ``<state_dir>/run/<pid>-<anything>.json``, mode 0600: ``{"pid", "url", "key"}`` from an embedded
+plane (a script); ``flashpoint serve`` adds ``"kind": "server"``, ``"app"`` and ``"startedAt"``, and its ``key`` is a
+key the server minted for this machine's CLI (null when the server asks for none). A plane named with ``--url`` is a
+``LivePlane`` too, with no pid and no file.
 
 Edge module: may import anything in flashpoint, plus httpx.
 """
@@ -14,40 +19,102 @@ from typing import Any
 
 import httpx
 
+from flashpoint.client import error_for
 from flashpoint.config import Settings
-from flashpoint.errors import Error
+from flashpoint.errors import ConfigError, Error, NotFoundError
 
 #: seconds to wait for a plane's answer; planes answer from memory, so anything slower means it is stuck
 TIMEOUT_S = 5.0
 
+#: what ``kind`` says: a script's embedded plane, a ``flashpoint serve`` process, a server named with ``--url``
+SCRIPT, SERVER, URL = "script", "server", "url"
+
 
 @dataclass(frozen=True, slots=True)
 class LivePlane:
-    """An embedded control plane announced by a running process: where it listens and its API key."""
+    """A control plane the CLI can talk to: where it listens, its API key, and what runs it."""
 
-    pid: int
+    pid: int | None
     url: str
-    key: str
-    file: Path
+    key: str | None
+    file: Path | None = None
+    #: ``SCRIPT``, ``SERVER`` or ``URL``
+    kind: str = SCRIPT
+    #: the app a server serves (``flashpoint serve APP``)
+    app: str | None = None
+    #: seconds to wait for an answer, on top of any long-poll hold asked for
+    timeout_s: float = TIMEOUT_S
 
-    def get(self, path: str) -> dict[str, Any] | None:
+    def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any] | None:
         """GET ``path`` as JSON; None on 404; ``Error`` when the plane cannot be reached or refuses."""
         try:
-            response = httpx.get(
-                self.url + path, headers={"Authorization": f"Bearer {self.key}"}, timeout=TIMEOUT_S, trust_env=False
+            body: dict[str, Any] = self.request("GET", path, params=params)
+        except NotFoundError:
+            return None
+        return body
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        body: Any = None,
+        hold_s: float = 0.0,
+    ) -> Any:
+        """One request; its JSON answer, or the error to show: ``Unreachable`` (no answer), ``ConfigError`` (401: what
+        key to set), ``NotFoundError`` (404, with the plane's message), else the error the body's ``code`` names."""
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        try:
+            response = httpx.request(
+                method,
+                self.url + path,
+                params=params,
+                json=body,
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout_s + hold_s, connect=self.timeout_s),
+                trust_env=False,
             )
         except httpx.HTTPError as exc:
-            raise Unreachable(f"flashpoint process {self.pid} at {self.url} did not answer: {exc}") from exc
+            if self.kind == URL:
+                raise Unreachable(
+                    f"cannot reach a flashpoint server at {self.url} ({exc or type(exc).__name__}); check the URL "
+                    "(--url or FLASHPOINT_URL), or start one with `flashpoint serve app.py`"
+                ) from None
+            raise Unreachable(f"{describe(self)} did not answer: {exc or type(exc).__name__}") from None
+        if response.status_code == 401:
+            raise self._unauthorized()
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if response.is_success and data is not None:
+            return data
+        code = data.get("code") if isinstance(data, dict) else None
+        message = data.get("message") if isinstance(data, dict) else None
         if response.status_code == 404:
-            return None
-        if response.status_code != 200:
-            raise Error(f"flashpoint process {self.pid} at {self.url} answered {response.status_code}: {response.text}")
-        body: dict[str, Any] = response.json()
-        return body
+            raise NotFoundError(message if isinstance(message, str) else f"{describe(self)}: no {path}")
+        if isinstance(code, str) and isinstance(message, str):
+            raise error_for(code, message)
+        raise Error(
+            f"{describe(self)} answered {method} {path} with HTTP {response.status_code}: {response.text[:200]}"
+        )
+
+    def _unauthorized(self) -> ConfigError:
+        if self.kind == URL:
+            said = "refused the API key" if self.key else "needs an API key"
+            return ConfigError(
+                f"the flashpoint server at {self.url} {said}: set FLASHPOINT_API_KEY (or pass --key) to one of the "
+                "keys it was started with"
+            )
+        return ConfigError(
+            f"{describe(self)} refused the key of its announcement {self.file}; the file may be stale: "
+            "restart that process, or pass --url and --key"
+        )
 
 
 class Unreachable(Error):
-    """A plane's process is alive but its HTTP routes do not answer (stuck, or the pid was reused)."""
+    """A plane does not answer: its process is alive but stuck (or the pid was reused), or nothing listens at --url."""
 
 
 def _alive(pid: int) -> bool:
@@ -71,6 +138,21 @@ def _pid_from_name(path: Path) -> int:
     return int(head) if head.isdigit() else -1
 
 
+def _read(path: Path) -> LivePlane:
+    data = json.loads(path.read_text())
+    key = data.get("key")
+    kind = data.get("kind")
+    app = data.get("app")
+    return LivePlane(
+        pid=int(data["pid"]),
+        url=str(data["url"]),
+        key=str(key) if key else None,
+        file=path,
+        kind=SERVER if kind == SERVER else SCRIPT,
+        app=str(app) if isinstance(app, str) else None,
+    )
+
+
 def live_planes(settings: Settings) -> list[LivePlane]:
     """The planes announced under ``<state_dir>/run`` whose process is alive, oldest file first.
 
@@ -83,26 +165,46 @@ def live_planes(settings: Settings) -> list[LivePlane]:
     files = sorted(folder.glob("*.json"), key=lambda p: (p.stat().st_mtime if p.exists() else 0.0, p.name))
     for path in files:
         try:
-            data = json.loads(path.read_text())
-            pid, url, key = int(data["pid"]), str(data["url"]), str(data["key"])
-        except (OSError, ValueError, KeyError, TypeError):
+            plane = _read(path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             # Unreadable: half-written by a starting plane, or garbage. Only a dead writer's file is removed.
             if not _alive(_pid_from_name(path)):
                 path.unlink(missing_ok=True)
             continue
-        if not _alive(pid):
+        if plane.pid is None or not _alive(plane.pid):
             path.unlink(missing_ok=True)
             continue
-        planes.append(LivePlane(pid, url, key, path))
+        planes.append(plane)
     return planes
 
 
+def command_of(pid: int) -> str | None:
+    """The command line of process ``pid`` (Linux's ``/proc``), shortened for a table; None where unknown."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    parts = [w.decode(errors="replace") for w in words if w]
+    if not parts:
+        return None
+    text = " ".join([os.path.basename(parts[0]), *parts[1:]])
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def describe(plane: LivePlane) -> str:
+    """Where an answer came from, as the commands print it."""
+    if plane.kind == URL:
+        return f"flashpoint server at {plane.url}"
+    if plane.kind == SERVER:
+        app = f" {plane.app}" if plane.app else ""
+        return f"flashpoint serve{app} (pid {plane.pid}, {plane.url})"
     return f"flashpoint process {plane.pid} ({plane.url})"
 
 
-def no_plane_message(settings: Settings) -> str:
+def no_plane_message(settings: Settings, more: str = "") -> str:
+    """Nothing announced here: say where the CLI looked and what to do (``more``: a command's own way out)."""
     return (
         f"no running flashpoint process found on this machine (announcements in {settings.state_dir / 'run'}); "
-        "start your script, or pass --app app.py to explain its endpoints against this machine's fleet"
+        "start a server (`flashpoint serve app.py`) or your script, or pass --url URL (or set FLASHPOINT_URL) for a "
+        f"server elsewhere{more}"
     )

@@ -1,17 +1,36 @@
-"""Output helpers shared by the commands: a rich console sized for pipes, JSON printing, fleet rows.
+"""Output helpers shared by the commands: a rich console sized for pipes, JSON printing, fleet rows, times, and
+``--watch`` (a view redrawn with rich's Live).
 
-Edge module: may import anything in flashpoint, plus rich.
+Edge module: may import anything in flashpoint, plus typer and rich.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Annotated, Any
 
-from rich.console import Console
+import typer
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.text import Text
 
+from flashpoint.errors import Error
 from flashpoint.scheduler.inventory import Device
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+WatchOption = Annotated[
+    bool, typer.Option("--watch", "-w", help="Redraw the view every --interval seconds until Ctrl-C.")
+]
+IntervalOption = Annotated[
+    float, typer.Option("--interval", metavar="SECONDS", help="With --watch: seconds between redraws.")
+]
+CountOption = Annotated[
+    int | None,
+    typer.Option("--count", metavar="N", show_default=False, help="With --watch: stop after N drawings."),
+]
 
 
 def console() -> Console:
@@ -41,3 +60,65 @@ def model_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         entry["count"] += 1
         entry["free"] += 1 if row["worker"] is None else 0
     return list(summary.values())
+
+
+def clock(epoch: float | None) -> str:
+    """A wall time as this machine's local time of day, to the millisecond, its date first when not today (``-`` when
+    unknown)."""
+    if not epoch:
+        return "-"
+    when = datetime.fromtimestamp(epoch)
+    day = "" if when.date() == datetime.now().date() else when.strftime("%Y-%m-%d ")
+    return day + when.strftime("%H:%M:%S.%f")[:-3]
+
+
+def duration_ms(ms: float | None) -> str:
+    """Milliseconds for people: ``840 ms``, ``1.25 s``, ``3 min 4 s`` (``-`` when unknown)."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    seconds = ms / 1000
+    if seconds < 90:
+        return f"{seconds:.2f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 90:
+        return f"{minutes} min {rest} s"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
+def check_watch(watch: bool, as_json: bool) -> None:
+    """``--watch`` redraws tables: with ``--json`` it is a usage error."""
+    if watch and as_json:
+        raise typer.BadParameter("--watch redraws tables for people; leave out --json", param_hint="--watch")
+
+
+def watch(render: Callable[[], RenderableType], *, interval: float, count: int | None, out: Console) -> None:
+    """Draw ``render()`` and redraw it every ``interval`` seconds until Ctrl-C, or ``count`` drawings in all.
+
+    A flashpoint ``Error`` while drawing (the server at --url went away, say) is shown in place of the view, and the
+    next drawing tries again.
+    """
+    if not interval > 0:
+        raise typer.BadParameter(f"must be a positive number of seconds, got {interval}", param_hint="--interval")
+    if count is not None and count < 1:
+        raise typer.BadParameter(f"must be 1 or more, got {count}", param_hint="--count")
+
+    def frame() -> RenderableType:
+        try:
+            view = render()
+        except Error as exc:
+            view = Text(f"Error: {exc}")
+        footer = Text(f"every {interval:g} s, Ctrl-C to stop; drawn at {datetime.now():%H:%M:%S}", style="dim")
+        return Group(view, footer)
+
+    drawn = 0
+    try:
+        with Live(frame(), console=out, auto_refresh=False, transient=False) as live:
+            drawn = 1
+            while count is None or drawn < count:
+                time.sleep(interval)  # the redraw period the user asked for
+                live.update(frame(), refresh=True)
+                drawn += 1
+    except KeyboardInterrupt:
+        pass

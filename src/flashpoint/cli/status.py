@@ -1,0 +1,204 @@
+"""``flashpoint status``: per running process or server, its endpoints, their workers by state, queue depth and the
+GPUs they hold.
+
+Edge module: may import anything in flashpoint, plus typer and rich.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from flashpoint.cli.live import SCRIPT, LivePlane, command_of, describe, no_plane_message
+from flashpoint.cli.output import (
+    CountOption,
+    IntervalOption,
+    JsonOption,
+    WatchOption,
+    check_watch,
+    console,
+    model_summary,
+    print_json,
+    watch as watch_view,
+)
+from flashpoint.cli.target import KeyOption, UrlOption, ask, planes
+from flashpoint.config import Settings
+
+
+def status(
+    url: UrlOption = None,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+    watch: WatchOption = False,
+    interval: IntervalOption = 2.0,
+    count: CountOption = None,
+) -> None:
+    """Show what runs: per flashpoint process or server, its endpoints, their workers by state, queue depth, jobs in
+    progress and the GPUs (or vCPUs) they hold.
+
+    Without --url, asks every flashpoint process on this machine: `flashpoint serve` servers and scripts' embedded
+    planes alike.
+    """
+    check_watch(watch, as_json)
+    if watch:
+
+        def draw() -> RenderableType:
+            notes: list[str] = []
+            return render(collect(url, key, notes)[0], notes)
+
+        watch_view(draw, interval=interval, count=count, out=console())
+        return
+    bodies, settings = collect(url, key, None)
+    if as_json:
+        print_json({"planes": bodies})
+        return
+    if not bodies:
+        print(no_plane_message(settings), file=sys.stderr)
+        return
+    console().print(render(bodies, []))
+
+
+def collect(url: str | None, key: str | None, notes: list[str] | None) -> tuple[list[dict[str, Any]], Settings]:
+    """Every plane's status body; planes of this machine that do not answer are skipped (noted in ``notes``)."""
+    settings = Settings.load()
+    bodies = []
+    for plane in planes(url, key, settings):
+        body = plane_status(plane, notes)
+        if body is not None:
+            bodies.append(body)
+    return bodies, settings
+
+
+def plane_status(plane: LivePlane, notes: list[str] | None = None) -> dict[str, Any] | None:
+    """One plane's endpoints and fleet, condensed: what ``--json`` prints for it."""
+    endpoints = ask(plane, "/v1/endpoints", notes=notes)
+    if endpoints is None:
+        return None
+    fleet = ask(plane, "/v1/fleet", notes=notes) or {"devices": [], "nodes": []}
+    devices: list[dict[str, Any]] = fleet["devices"]
+    reservations = [r for node in fleet.get("nodes", []) for r in node.get("reservations", [])]
+    rows = [endpoint_status(row, devices, reservations) for row in endpoints["endpoints"]]
+    held = sum(1 for d in devices if d["worker"] is not None)
+    return {
+        "source": describe(plane),
+        "kind": plane.kind,
+        "pid": plane.pid,
+        "url": plane.url,
+        "app": plane.app,
+        "command": command_of(plane.pid) if plane.kind == SCRIPT and plane.pid else None,
+        "endpoints": rows,
+        "gpus": {"total": len(devices), "held": held, "free": len(devices) - held},
+        "models": model_summary(devices),
+    }
+
+
+def endpoint_status(
+    row: dict[str, Any], devices: Sequence[dict[str, Any]], reservations: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """One endpoint of ``GET /v1/endpoints``: workers counted by state, jobs, and what its workers hold."""
+    name = row["name"]
+    workers = row.get("workers", [])
+    states = Counter(str(w["state"]) for w in workers)
+    return {
+        "name": name,
+        "kind": row.get("kind"),
+        "gpu": row.get("gpu"),
+        "cpu": row.get("cpu"),
+        "workers": dict(states),
+        "workersMin": row.get("workersMin"),
+        "workersMax": row.get("workersMax"),
+        "queueDepth": row.get("queueDepth", 0),
+        "inProgress": sum(len(w.get("jobs", [])) for w in workers) + int(row.get("inFlight") or 0),
+        "gpusHeld": [
+            {k: d.get(k) for k in ("node", "index", "model", "simulated", "worker")}
+            for d in devices
+            if d.get("endpoint") == name and d.get("worker") is not None
+        ],
+        "cpusHeld": [
+            {"node": r.get("node"), "worker": r.get("worker"), "cores": r.get("cores", [])}
+            for r in reservations
+            if r.get("endpoint") == name
+        ],
+        "summary": (row.get("explanation") or {}).get("summary", ""),
+        "counters": row.get("counters", {}),
+    }
+
+
+def _workers_text(row: dict[str, Any]) -> str:
+    counts: dict[str, int] = row["workers"]
+    order = ("RUNNING", "IDLE", "STARTING", "STOPPING")
+    parts = [f"{counts[s]} {s.lower()}" for s in order if counts.get(s)]
+    parts += [f"{n} {s.lower()}" for s, n in counts.items() if s not in order and n]
+    bounds = f" ({row['workersMin']}..{row['workersMax']})" if row.get("workersMax") is not None else ""
+    return (", ".join(parts) or "none") + bounds
+
+
+def _held_text(row: dict[str, Any]) -> str:
+    by_model: dict[str, list[str]] = {}
+    for device in row["gpusHeld"]:
+        by_model.setdefault(str(device["model"]), []).append(f"{device['node']}:{device['index']}")
+    parts = [f"{len(ids)} x {model} ({', '.join(ids)})" for model, ids in by_model.items()]
+    cores = sum(len(r["cores"]) for r in row["cpusHeld"])
+    if cores:
+        parts.append(f"{cores} vCPU{'s' if cores != 1 else ''}")
+    return "; ".join(parts) or "-"
+
+
+def endpoints_table(body: dict[str, Any]) -> Table:
+    """The endpoints of one plane, one row each."""
+    table = Table(title_justify="left", padding=(0, 1))
+    for column in ("endpoint", "asks for", "workers", "queued", "running", "holds", "state"):
+        table.add_column(column, justify="right" if column in ("queued", "running") else "left")
+    for row in body["endpoints"]:
+        asks = row["gpu"] if row.get("cpu") is None else "cpu=" + ",".join(row["cpu"])
+        if row.get("kind") == "routes":
+            asks += " (HTTP routes)"
+        table.add_row(
+            Text(row["name"]),
+            Text(str(asks or "-")),
+            _workers_text(row),
+            str(row["queueDepth"]),
+            str(row["inProgress"]),
+            Text(_held_text(row)),
+            Text(row["summary"]),
+        )
+    return table
+
+
+def header(body: dict[str, Any]) -> Text:
+    """``flashpoint serve app.py (pid 12, http://...): 2 endpoints; GPUs: 1 of 3 held``."""
+    title = body["source"]
+    if body.get("command"):
+        title += f" [{body['command']}]"
+    gpus = body["gpus"]
+    count = len(body["endpoints"])
+    line = f"{title}: {count} endpoint{'s' if count != 1 else ''}; "
+    if gpus["total"]:
+        models = ", ".join(f"{m['model']} {m['free']} of {m['count']} free" for m in body["models"])
+        line += f"GPUs: {gpus['held']} of {gpus['total']} held ({models})"
+    else:
+        line += "no GPUs"
+    return Text(line, style="bold")
+
+
+def render(bodies: Sequence[dict[str, Any]], notes: Sequence[str]) -> RenderableType:
+    """What ``flashpoint status`` draws (and redraws with --watch)."""
+    parts: list[RenderableType] = []
+    if not bodies:
+        parts.append(Text(no_plane_message(Settings.load())))
+    for body in bodies:
+        parts.append(header(body))
+        if body["endpoints"]:
+            parts.append(endpoints_table(body))
+        else:
+            said = "no endpoint has been called yet" if body["kind"] == SCRIPT else "no endpoints"
+            parts.append(Text(f"  {said}"))
+        parts.append(Text(""))
+    parts.extend(Text(note) for note in notes)
+    return Group(*parts)
