@@ -16,7 +16,6 @@ import typer
 
 from flashpoint.cli.serve import _api_keys
 from flashpoint.config import Settings
-from flashpoint.devserver import DevServer
 
 
 def dev(
@@ -40,4 +39,6 @@ def dev(
     settings = Settings.load(dict(os.environ))
     keys = tuple(_api_keys(settings.api_key, []))
     say = functools.partial(print, flush=True)
+    from flashpoint.devserver import DevServer  # FastAPI and the server: loaded when `dev` runs, not for every command
+
     DevServer(folder, settings=settings, host=host, port=port, reload=reload, api_keys=keys, say=say).run()
