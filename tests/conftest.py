@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import select
@@ -46,6 +47,16 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     except (ImportError, AttributeError, TypeError):
         return None
     return not selected or None
+
+
+_lease_dirs = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _own_lease_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test, and the processes it starts, lease devices in a directory of its own (made on first use), so a
+    plane one test leaves running never holds the simulated devices of another (docs: "One owner per device")."""
+    monkeypatch.setenv("FLASHPOINT_LEASE_DIR", str(tmp_path_factory.getbasetemp() / "leases" / str(next(_lease_dirs))))
 
 
 def seed_path() -> Path:

@@ -13,7 +13,8 @@ class Code(str, Enum):
 
     #: no node has the model, or no node has gpu_count of it: waiting will not help until the fleet changes
     NOT_IN_FLEET = "not_in_fleet"
-    #: the devices exist but are held by workers (of the endpoints named)
+    #: the devices exist but are held by workers (of the endpoints named, or of other flashpoint processes of this
+    #: machine: the reason's ``processes``)
     BUSY = "busy"
     #: the endpoint already runs its maximum number of workers
     MAX_WORKERS = "max_workers"
@@ -46,13 +47,73 @@ NEVER_CODES = frozenset({Code.NOT_IN_FLEET, Code.CPU_TOO_LARGE, Code.DATACENTER,
 
 
 @dataclass(frozen=True, slots=True)
+class OtherProcess:
+    """Another flashpoint process of this machine that holds a device: what its lease record says
+    (``scheduler/leases.py``; docs/architecture.md, "One owner per device")."""
+
+    #: 0 when the record could not be read (the holder is still a live process: its lock is held)
+    pid: int
+    #: ``flashpoint serve``, ``flashpoint dev``, ``script``, or ``unknown``
+    kind: str
+    #: its command line, shortened (``flashpoint serve app.py``, ``python job.py``)
+    command: str = ""
+    #: where its plane serves (a server's URL, a script's embedded server)
+    url: str = ""
+    endpoint: str = ""
+    worker: str = ""
+    #: the holder's user name, when it is not the reader's own user
+    user: str = ""
+    #: True when the holder is another control plane of the reader's own process
+    same_process: bool = False
+
+    @property
+    def label(self) -> str:
+        """The holder in words, as a busy reason names it."""
+        if not self.pid:
+            return f"another flashpoint process ({self.command or 'its lease record could not be read'})"
+        who = "another control plane of this process" if self.same_process else "another flashpoint process"
+        what = ", ".join(part for part in (self.command or self.kind, f"at {self.url}" if self.url else "") if part)
+        user = f" of user {self.user}" if self.user else ""
+        endpoint = f", endpoint {self.endpoint}" if self.endpoint else ""
+        worker = f" (worker {self.worker})" if self.worker else ""
+        return f"{who}: pid {self.pid}{user} ({what}){endpoint}{worker}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "kind": self.kind,
+            "command": self.command,
+            "url": self.url,
+            "endpoint": self.endpoint,
+            "worker": self.worker,
+            "user": self.user,
+            "sameProcess": self.same_process,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OtherProcess:
+        return cls(
+            pid=int(data.get("pid", 0)),
+            kind=str(data.get("kind", "unknown")),
+            command=str(data.get("command", "")),
+            url=str(data.get("url", "")),
+            endpoint=str(data.get("endpoint", "")),
+            worker=str(data.get("worker", "")),
+            user=str(data.get("user", "")),
+            same_process=bool(data.get("sameProcess", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WaitReason:
-    """One candidate's (or the endpoint's) reason, with the endpoints that hold the devices when busy."""
+    """One candidate's (or the endpoint's) reason, with the endpoints that hold the devices when busy, and the other
+    flashpoint processes of this machine that hold some of them (``processes``)."""
 
     candidate: str
     code: Code
     detail: str
     holders: tuple[str, ...] = ()
+    processes: tuple[OtherProcess, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +121,7 @@ class WaitReason:
             "code": self.code.value,
             "detail": self.detail,
             "holders": list(self.holders),
+            "processes": [p.to_json() for p in self.processes],
         }
 
     def __str__(self) -> str:
@@ -106,7 +168,13 @@ class Explanation:
             endpoint=data["endpoint"],
             summary=data["summary"],
             reasons=tuple(
-                WaitReason(r["candidate"], Code(r["code"]), r["detail"], tuple(r.get("holders", ())))
+                WaitReason(
+                    r["candidate"],
+                    Code(r["code"]),
+                    r["detail"],
+                    tuple(r.get("holders", ())),
+                    tuple(OtherProcess.from_json(p) for p in r.get("processes", ())),
+                )
                 for r in data["reasons"]
             ),
             never=data["never"],

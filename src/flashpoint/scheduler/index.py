@@ -21,6 +21,10 @@ tests/scheduler/test_index.py:
   first instead of the devices, and the reclaim path asks about the holders of the second;
 - ``index._by_holder[h]`` lists the fleet positions ``h`` holds, so a holder that may yield leads to its groups.
 
+Devices another flashpoint process of this machine holds (their lease, ``scheduler/leases.py``) are held here too, by
+``Holder("", process.label)``: ``hold_foreign`` records the process, ``foreign`` lists them and ``process`` says which
+process a holder stands for, so placement's busy reason names it. They never yield.
+
 The index also owns the fleet's nodes (``nodes``, a ``NodeLedger``): CPU reservations, node facts and which nodes
 an endpoint's filters leave it. The questions placement asks take ``allowed`` (node names) for an endpoint with
 node filters: without it they answer from the counts above; with it they walk the key's groups in fleet order and
@@ -32,6 +36,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
+from flashpoint.explain import OtherProcess
 from flashpoint.gpus import AnyGPU, Candidate, GPUModel
 from flashpoint.scheduler.inventory import Device, Fleet, Holder, Node
 from flashpoint.scheduler.nodes import NodeLedger
@@ -76,10 +81,12 @@ class FleetIndex:
         "_by_holder",
         "_coarse",
         "_devices",
+        "_foreign",
         "_held",
         "_holders",
         "_models",
         "_position",
+        "_processes",
         "_where",
         "nodes",
     )
@@ -91,6 +98,9 @@ class FleetIndex:
         self._holders: dict[tuple[str, int], Holder] = {}
         #: the fleet positions each holder holds, for the reclaim path
         self._by_holder: dict[Holder, list[int]] = {}
+        #: devices other flashpoint processes hold (by device key), and the process each foreign holder stands for
+        self._foreign: dict[tuple[str, int], OtherProcess] = {}
+        self._processes: dict[str, OtherProcess] = {}
         #: the nodes and the CPU reservations on them
         self.nodes = NodeLedger(Fleet.of(self._devices, nodes).nodes)
 
@@ -176,10 +186,12 @@ class FleetIndex:
         """A new fleet (a node joined or left): holders of devices still in it (by node and index) are kept, the
         others dropped; so are CPU reservations on nodes still in it (``NodeLedger.replace``)."""
         self.nodes.replace(Fleet.of(devices, nodes).nodes)
-        holders = self._holders
+        holders, foreign = self._holders, self._foreign
         self._build(devices)
         self._holders = {}
         self._by_holder = {}
+        self._foreign = {key: process for key, process in foreign.items() if key in self._position}
+        self._processes = {process.label: process for process in self._foreign.values()}
         for key, holder in holders.items():
             position = self._position.get(key)
             if position is not None:
@@ -212,6 +224,28 @@ class FleetIndex:
             position = self._position.get(device.key)
             if position is not None and self._held[position] is not None:
                 self._give(position)
+
+    def hold_foreign(self, device: Device, process: OtherProcess) -> None:
+        """Another flashpoint process of this machine holds ``device`` (its lease): held here by
+        ``Holder("", process.label)`` until ``release``.
+
+        Raises:
+            ValueError: the device is already held or not in the fleet (as ``hold``).
+        """
+        self.hold((device,), Holder("", process.label))
+        self._foreign[device.key] = process
+        self._processes[process.label] = process
+
+    def foreign(self) -> list[tuple[Device, OtherProcess]]:
+        """The devices other flashpoint processes hold, in fleet order, with the process holding each."""
+        return sorted(
+            ((self._devices[self._position[key]], process) for key, process in self._foreign.items()),
+            key=lambda found: self._position[found[0].key],
+        )
+
+    def process(self, label: str) -> OtherProcess | None:
+        """The other flashpoint process a holder's ``endpoint`` stands for; None for this plane's own holders."""
+        return self._processes.get(label) if self._processes else None
 
     def holder(self, device: Device) -> Holder | None:
         """Who holds ``device``: None when it is free or not in the fleet."""
@@ -246,7 +280,11 @@ class FleetIndex:
         holder = self._held[position]
         assert holder is not None
         self._held[position] = None
-        del self._holders[self._devices[position].key]
+        device_key = self._devices[position].key
+        del self._holders[device_key]
+        if self._foreign and (process := self._foreign.pop(device_key, None)) is not None:
+            if all(other.label != process.label for other in self._foreign.values()):
+                del self._processes[process.label]
         positions = self._by_holder[holder]
         if len(positions) == 1:
             del self._by_holder[holder]
@@ -283,6 +321,12 @@ class FleetIndex:
             if holder is not None:
                 by_holder.setdefault(holder, []).append(position)
         _same("positions by holder", {h: sorted(p) for h, p in self._by_holder.items()}, by_holder)
+        _same(
+            "holders of devices other processes hold",
+            {k: holders.get(k) for k in self._foreign},
+            {k: Holder("", p.label) for k, p in self._foreign.items()},
+        )
+        _same("other processes", self._processes, {p.label: p for p in self._foreign.values()})
         for key in self._keys():
             buckets: list[list[int]] = [[] for _ in range(key.largest + 1)]
             endpoints: dict[str, int] = {}

@@ -3,9 +3,10 @@
 Everything here runs on one asyncio loop, so the state needs no locks. A worker is placed, not a job: jobs wait in
 their endpoint's queue, the plane starts workers where the planner finds devices, and workers pull jobs over HTTP.
 The concepts around the state machine live in rooms of their own: the scaling planner (``planner``, pure), worker
-supervision (``supervision``), route endpoints' requests and readiness (``routeserving``, ``readiness``), group
-commit (``commit``), waiters and listeners (``waiters``), the reads (``reads``) and their read models (``views``,
-pure), the records (``records``), the fleet index (``index``) and the Runpod wire format (``wire``).
+supervision (``supervision``), machine-wide device leases (``leasing``, ``leases``), route endpoints' requests and
+readiness (``routeserving``, ``readiness``), group commit (``commit``), waiters and listeners (``waiters``), the reads
+(``reads``) and their read models (``views``, pure), the records (``records``), the fleet index (``index``) and the
+Runpod wire format (``wire``).
 
 ``reconcile()`` is the one place that starts or stops workers for scaling; events call it through ``kick()``, and
 ``tick()`` covers the clock (timeouts, idle scale-down, QUEUE_DELAY, start back-off). Reads (explanations, health,
@@ -32,6 +33,7 @@ from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, Laz
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
+from flashpoint.scheduler.leases import DeviceLeases
 from flashpoint.scheduler.placement import NoFit, endpoint_notes, feasible_endpoint
 from flashpoint.scheduler.readiness import Probe
 from flashpoint.scheduler.reads import PlaneReads
@@ -78,10 +80,12 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         route_ready_timeout_s: float = readiness.READY_TIMEOUT_S,
         route_poll_s: tuple[float, float] = (readiness.FIRST_DELAY_S, readiness.MAX_DELAY_S),
         environments: EnvironmentSource | None = None,
+        leases: DeviceLeases | None = None,
     ) -> None:
         """``probe`` asks a route worker's ``/ping`` (a test door's is scripted); route workers have
         ``route_ready_timeout_s`` to answer 200, asked after pauses growing from ``route_poll_s[0]`` to ``[1]``.
-        ``environments`` builds endpoints' environments (the environment cache at its default root when None)."""
+        ``environments`` builds endpoints' environments (the environment cache at its default root when None);
+        ``leases`` the machine-wide device leases (this process's, in ``leases.lease_dir()``, when None)."""
         self.store = store
         self.clock = clock
         #: never handed out: each worker gets its own credential derived from it (``worker_credential``)
@@ -119,6 +123,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             node_of=self.index.nodes.node,
         )
         self._init_routes(probe, route_ready_timeout_s, route_poll_s)
+        self._init_leases(leases, url=base_url, server=requeue_on_close)
         #: builds the environments of endpoints with dependencies, unless the backend does (Ray's runtime_env)
         self.envs: EnvironmentGate | None = None
         if not getattr(backend, "builds_environments", False):
@@ -204,6 +209,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             self._mark_stopping(worker)
         await asyncio.sleep(0)  # let the stop long-polls answer before the signals go out
         await self.supervisor.close()
+        self._close_leases()
         if not self.requeue_on_close:
             for job in list(self.store.unfinished()):
                 self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
@@ -490,6 +496,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             self._next_expiry_check = now + 1.0
             self._expire(wall)
         self._release_set_aside(now)
+        self._recheck_leases(now)
         for ep in self.endpoints.values():
             self._watch_workers(ep, now)
             for worker in list(ep.workers.values()):
@@ -507,30 +514,6 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         for job in self.book.expired(wall):
             queued = job.status is JobStatus.IN_QUEUE
             self._end(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED if queued else Reason.TTL_EXPIRED)
-
-    def _watch_workers(self, ep: EndpointState, now: float) -> None:
-        """The watchdog, for jobs a worker holds but its pings have left out for ``lost_job_grace_s`` (it neither
-        runs them nor posted their results). A worker that has not taken or posted anything since is wedged: it is
-        lost, and its jobs follow the retry rule. One that goes on working only dropped those jobs: they follow the
-        retry rule (and the worker is told to stop them, should it still have them), and it keeps serving."""
-        for worker in list(ep.workers.values()):
-            found = watchdog.dropped(worker, now, self.lost_job_grace_s)
-            if found is None:
-                continue
-            if found.wedged:
-                self._lose(
-                    worker,
-                    f"it holds job(s) {', '.join(found.jobs)} that its pings have not named for "
-                    f"{now - found.since:.0f}s, and has taken and posted nothing since",
-                )
-                continue
-            for job_id in found.jobs:
-                worker.unnamed.pop(job_id, None)
-                self._signal_stop(worker, job_id)
-                job = self.book.find(job_id)
-                if job is not None and job.status is JobStatus.IN_PROGRESS:
-                    self._worker_lost(ep, job, f"worker {worker.id} dropped the job (its pings stopped naming it)")
-            self._after_job(worker)
 
     def _timeout(self, job: Job, worker: Worker) -> None:
         log.warning(

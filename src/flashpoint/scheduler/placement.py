@@ -140,17 +140,19 @@ def _not_in_fleet(
 
 
 def _busy(candidate: Candidate, gpu_count: int, index: FleetIndex, allowed: Collection[str] | None) -> WaitReason:
+    """``busy``, naming the endpoints holding the candidate's devices and (``processes``) the other flashpoint
+    processes of this machine that hold some (the index holds those devices for them; ``FleetIndex.hold_foreign``)."""
     name = describe(candidate)
-    holders = index.holding_endpoints(candidate, allowed)
+    found = index.holding_endpoints(candidate, allowed)
+    processes = tuple(p for h in found if (p := index.process(h)) is not None)
+    holders = tuple(h for h in found if index.process(h) is None)
+    held_by = ", ".join([*holders, *(p.label for p in processes)])
     free = index.most_free(candidate, allowed)
     if free:
         return WaitReason(
-            name,
-            Code.BUSY,
-            f"{free} free on one node at most, need {gpu_count}; held by {', '.join(holders)}",
-            tuple(holders),
+            name, Code.BUSY, f"{free} free on one node at most, need {gpu_count}; held by {held_by}", holders, processes
         )
-    return WaitReason(name, Code.BUSY, f"all held by {', '.join(holders)}", tuple(holders))
+    return WaitReason(name, Code.BUSY, f"all held by {held_by}", holders, processes)
 
 
 def _coarse_hint(candidate: Candidate, index: FleetIndex, allowed: Collection[str] | None = None) -> str:

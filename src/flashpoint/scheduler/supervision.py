@@ -3,7 +3,8 @@ and the plane's side of a worker's life (``WorkerSupervision``, a base of ``Cont
 worker and its devices, its output lines, its exit, the back-off after a start that failed or was killed, devices
 set aside, stopping it and forgetting it once gone.
 
-The planner decides which worker to start where; this room carries it out. Invariants:
+The planner decides which worker to start where; this room carries it out, taking the devices' machine-wide leases
+first (``leasing``), and applies the watchdog's findings. Invariants:
 - a worker's launch (command and environment) is built before the plane records the worker, so a launch that
   cannot be built leaves nothing behind (no phantom starting worker holding devices);
 - every task it starts is kept until it ends, so none is collected mid-flight, and ``close`` waits for them;
@@ -27,10 +28,12 @@ from flashpoint.backends.base import Backend, ExitCallback, Launch, LineCallback
 from flashpoint.clock import Clock
 from flashpoint.errors import BackendError, NotReadyError
 from flashpoint.jobs import Job, JobError, JobStatus, Reason
+from flashpoint.scheduler import watchdog
 from flashpoint.scheduler.credentials import caller_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder, Node
+from flashpoint.scheduler.leasing import DeviceLeasing
 from flashpoint.scheduler.placement import CpuFit, Fit
 from flashpoint.scheduler.protocol import WorkerProtocol
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
@@ -256,10 +259,11 @@ class Supervisor:
             await asyncio.wait(list(self._tasks), timeout=10.0)
 
 
-class WorkerSupervision(WorkerProtocol, RouteServing):
+class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
     """The plane's side of a worker's life; ``ControlPlane`` owns the state it reads and writes. It builds on both
     ways work reaches a worker: the protocol's verbs (a stopping worker's long-polls are answered through them) and
-    the route proxy's (a route worker's readiness, and its held requests when no worker can start)."""
+    the route proxy's (a route worker's readiness, and its held requests when no worker can start); a worker's
+    devices are leased machine-wide while it holds them (``DeviceLeasing``)."""
 
     index: FleetIndex
     supervisor: Supervisor
@@ -268,6 +272,8 @@ class WorkerSupervision(WorkerProtocol, RouteServing):
     node: str
     #: seconds between SIGTERM and SIGKILL when a worker is stopped
     stop_grace_s: float
+    #: how long a worker's pings may leave out a job it holds before the worker counts as lost
+    lost_job_grace_s: float
     _closing: bool
     #: devices passed over until a monotonic time, because a worker placed on them never came up
     _set_aside: dict[tuple[str, int], tuple[float, Device]]
@@ -299,6 +305,8 @@ class WorkerSupervision(WorkerProtocol, RouteServing):
             worker.stderr_tail.append(str(exc))
             self._start_failed(ep, worker, -1)
             return
+        if devices and not self._take_leases(worker):
+            return  # another process holds one: the index holds it for that process, and a reconcile places again
         ep.worker_seq += 1
         self.workers[worker.id] = worker
         ep.workers[worker.id] = worker
@@ -371,6 +379,30 @@ class WorkerSupervision(WorkerProtocol, RouteServing):
                 self.index.hold((device,), Holder("", SET_ASIDE))
                 self._set_aside[device.key] = (until, device)
 
+    def _watch_workers(self, ep: EndpointState, now: float) -> None:
+        """The watchdog, for jobs a worker holds but its pings have left out for ``lost_job_grace_s`` (it neither
+        runs them nor posted their results). A worker that has not taken or posted anything since is wedged: it is
+        lost, and its jobs follow the retry rule. One that goes on working only dropped those jobs: they follow the
+        retry rule (and the worker is told to stop them, should it still have them), and it keeps serving."""
+        for worker in list(ep.workers.values()):
+            found = watchdog.dropped(worker, now, self.lost_job_grace_s)
+            if found is None:
+                continue
+            if found.wedged:
+                self._lose(
+                    worker,
+                    f"it holds job(s) {', '.join(found.jobs)} that its pings have not named for "
+                    f"{now - found.since:.0f}s, and has taken and posted nothing since",
+                )
+                continue
+            for job_id in found.jobs:
+                worker.unnamed.pop(job_id, None)
+                self._signal_stop(worker, job_id)
+                job = self.book.find(job_id)
+                if job is not None and job.status is JobStatus.IN_PROGRESS:
+                    self._worker_lost(ep, job, f"worker {worker.id} dropped the job (its pings stopped naming it)")
+            self._after_job(worker)
+
     def _lose(self, worker: Worker, why: str) -> None:
         """A worker given up on (its devices left the fleet; it is wedged): its jobs follow the retry rule now, and
         its process is ended."""
@@ -385,6 +417,7 @@ class WorkerSupervision(WorkerProtocol, RouteServing):
         ep = self.endpoints[worker.endpoint]
         ep.workers.pop(worker.id, None)
         self.index.release(worker.devices)
+        self._release_leases(worker)
         if worker.cpu is not None:
             self.index.nodes.release(Holder(worker.id, worker.endpoint))
         wake(worker)

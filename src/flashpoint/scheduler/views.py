@@ -132,17 +132,22 @@ def health(ep: EndpointState) -> dict[str, Any]:
 
 
 def fleet_rows(index: FleetIndex) -> list[dict[str, Any]]:
-    """``GET /v1/fleet``'s devices, in fleet order, each with the worker and endpoint holding it."""
+    """``GET /v1/fleet``'s devices, in fleet order, each with the worker and endpoint holding it. A device another
+    flashpoint process of this machine holds names that process (``process``; ``endpoint`` says who it is in words,
+    ``worker`` is its worker)."""
     rows = []
     for device in index.devices:
         holder = index.holder(device)
-        rows.append(
-            {
-                **device.to_json(),
-                "worker": holder.worker_id if holder else None,
-                "endpoint": holder.endpoint if holder else None,
-            }
-        )
+        other = index.process(holder.endpoint) if holder is not None else None
+        row = {
+            **device.to_json(),
+            "worker": holder.worker_id if holder else None,
+            "endpoint": holder.endpoint if holder else None,
+        }
+        if other is not None:
+            row["worker"] = other.worker
+            row["process"] = other.to_json()
+        rows.append(row)
     return rows
 
 
