@@ -5,6 +5,7 @@ Shared by ``server.py`` (``flashpoint serve``) and ``embedded.py`` (the SDK's in
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import socket
@@ -12,6 +13,7 @@ import socket
 from flashpoint.backends.base import Backend
 from flashpoint.backends.local import LocalBackend, python_env
 from flashpoint.config import Settings
+from flashpoint.errors import ConfigError
 from flashpoint.fleet import discover_fleet
 
 
@@ -46,7 +48,20 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # accepted connections inherit TCP_NODELAY: without it, small responses wait on delayed ACKs (~40 ms)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"port {port} on {host} is already in use (another flashpoint serve? `flashpoint status` lists this "
+                "machine's); pick another with --port, or --port 0 for a free one"
+            ) from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(
+                f"{host} is not an address of this machine; listen on one it has, e.g. 127.0.0.1"
+            ) from None
+        raise
     # listen now: connections made between "serving" being printed and uvicorn's accept loop wait in the backlog
     # instead of being refused
     sock.listen(2048)

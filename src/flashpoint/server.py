@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flashpoint import codec
+from flashpoint import codec, console
 from flashpoint.config import Settings
 from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import BadInputError, ConfigError
@@ -189,6 +189,10 @@ class Server:
         # route workers accept the bodies the server's proxy forwards (it refuses larger ones first); exact: bytes
         # over a power of two
         worker_env["FLASHPOINT_MAX_BODY_MB"] = repr(self.max_body_bytes / 2**20)
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            # Runpod's worker logger prints DEBUG lines by default: not on this console unless --log-level debug
+            # (an endpoint's own env= may still ask for them)
+            worker_env.setdefault("RUNPOD_LOG_LEVEL", "INFO")
         store = SQLiteJobStore(self.db)
         sock = listening_socket(self.host, self.port)
         port = sock.getsockname()[1]
@@ -209,6 +213,7 @@ class Server:
             base_url=self.settings.worker_url or http_url(worker_host, port),
             route_ready_timeout_s=self.settings.route_ready_timeout_s,
         )
+        plane.listen(console.log_finished)  # a line per finished job (console.py)
 
         # the workers of a shared name load a pickled table of its functions' import paths from a file
         code_dir = tempfile.TemporaryDirectory(prefix="flashpoint-serve-")

@@ -5,14 +5,13 @@ Edge module: may import anything in flashpoint, plus typer.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from flashpoint import codec
+from flashpoint import codec, console
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
@@ -89,10 +88,19 @@ def serve(
             "503 no_worker with the endpoint's explanation; as FLASHPOINT_ROUTE_WAIT_S (default 60)."
         ),
     ] = None,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            help="debug, info, warning or error: info shows a line per finished job; warning only failures; debug "
+            "also the workers' own debug lines."
+        ),
+    ] = "info",
 ) -> None:
     """Serve the endpoints of APP: Runpod's /v2 API, HTTP-route endpoints under /NAME/, the native /v1 API and
     /metrics, until SIGINT or SIGTERM."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if log_level.lower() not in console.LEVEL_NAMES:
+        raise ConfigError(f"--log-level is one of {', '.join(console.LEVEL_NAMES)}; got {log_level!r}")
+    console.configure(log_level.lower())
     env = dict(os.environ)
     for name, value in (
         ("FLASHPOINT_SIMULATED_GPUS", simulated_gpus),
