@@ -89,6 +89,14 @@ class Reason(str, Enum):
         return self.value
 
 
+#: a job keeps this many log lines: its first ones, the last kept saying the rest were cut (``LOG_CUT``)
+MAX_JOB_LOG_LINES = 1000
+LOG_CUT = (
+    f"[flashpoint] log cut here: a job keeps its first {MAX_JOB_LOG_LINES - 1} lines; the rest went to the output of "
+    "the flashpoint process that ran it (logger flashpoint.worker)"
+)
+
+
 #: Runpod's default ``policy.ttl``: 24 hours
 DEFAULT_TTL_MS = 24 * 3600 * 1000
 

@@ -34,7 +34,6 @@ from flashpoint.cli.target import (
 )
 from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.jobs import JobStatus
-from flashpoint.scheduler.supervision import MAX_JOB_LOG_LINES
 
 #: seconds one ``/v1/jobs/{id}/wait`` long-poll is held while ``call`` waits (the server allows 60)
 CALL_HOLD_S = 50.0
@@ -212,12 +211,7 @@ def logs(
         raise typer.Exit(130) from None
     if follow:
         print(f"-- job {job_id} {body['status']}", file=sys.stderr)
-    if shown >= MAX_JOB_LOG_LINES:
-        print(
-            f"-- log cut at {MAX_JOB_LOG_LINES} lines: a job keeps its first {MAX_JOB_LOG_LINES}; the rest is only in "
-            "the output of the flashpoint process that ran it",
-            file=sys.stderr,
-        )
+    # a log that was cut ends with the plane's own line saying so (jobs.LOG_CUT), printed with the rest
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -49,7 +49,6 @@ worker_log = logging.getLogger("flashpoint.worker")
 #: how long a job may go back to the queue because its worker was lost, before it fails with worker_lost
 MAX_RETRIES = 1
 #: log lines kept per job
-MAX_JOB_LOG_LINES = 1000
 
 
 class ControlPlane(PlaneReads, WorkerSupervision):

@@ -26,8 +26,9 @@ from typing import Any
 from flashpoint import volumes, wire
 from flashpoint.backends.base import Backend, ExitCallback, Launch, LineCallback
 from flashpoint.clock import Clock
+from flashpoint.console import line_level
 from flashpoint.errors import BackendError, NotReadyError
-from flashpoint.jobs import Job, JobError, JobStatus, Reason
+from flashpoint.jobs import LOG_CUT, MAX_JOB_LOG_LINES, Job, JobError, JobStatus, Reason
 from flashpoint.scheduler import watchdog
 from flashpoint.scheduler.credentials import caller_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
@@ -54,7 +55,6 @@ LOST_START_BACKOFF_MAX_S = 5.0
 #: the longest pause after failed starts
 FAILED_START_BACKOFF_MAX_S = 30.0
 #: log lines kept per job
-MAX_JOB_LOG_LINES = 1000
 #: variables of the plane's own environment a worker does not inherit: the server's API keys would open everything
 #: to any endpoint's code (a worker calls the plane with its own narrow caller key); an endpoint's ``env`` may still
 #: set them on purpose
@@ -343,11 +343,15 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             job = self.book.find(job_id)
             # only the worker that ran the job writes to its log
             if job is not None and job.worker_id == worker_id and len(job.logs) < MAX_JOB_LOG_LINES:
-                job.logs.append(line)
+                # the last line kept says the log was cut, so every reader of it (API, CLI, dashboard) knows
+                job.logs.append(line if len(job.logs) < MAX_JOB_LOG_LINES - 1 else LOG_CUT)
                 if job.status.terminal:  # a running job's lines are written with its next change
                     self.book.save(job)
         endpoint = worker.endpoint if worker else "?"
-        worker_log.info("[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line)
+        # at the level Runpod's logger printed it (console.py): a worker's DEBUG lines stay off an INFO console
+        worker_log.log(
+            line_level(line), "[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line
+        )
 
     def _on_exit(self, worker_id: str, code: int, failed: bool | None = None) -> None:
         """A worker process ended. Before its first pull that is a failed start only if it ``failed`` by itself
