@@ -214,3 +214,22 @@ def test_bad_requirements_and_package_names_are_refused_at_declaration() -> None
 )
 def test_host_satisfies(requirements: list[str], satisfied: bool) -> None:
     assert host_satisfies(requirements) is satisfied
+
+
+async def test_a_backend_that_cannot_set_an_environment_up_fails_the_queue_at_once(door: Door) -> None:
+    from flashpoint.backends.rayship import EnvironmentSetupError
+
+    door.backend.failures.append(
+        EnvironmentSetupError(
+            "Ray could not set up its environment (pip install nope==1): ERROR: No matching distribution found",
+            requirements=("nope==1",),
+        )
+    )
+    door.endpoint(name="ray-env", gpu="NVIDIA H200")
+    first, second = door.submit("ray-env"), door.submit("ray-env")
+    await door.step()
+    await eventually(lambda: first.status is JobStatus.FAILED, 10, "the queue to fail")
+    for job in (first, second):
+        assert job.status is JobStatus.FAILED and job.reason is Reason.ENVIRONMENT_FAILED
+        assert job.error is not None and "No matching distribution" in job.error.message
+    assert door.plane.endpoints["ray-env"].start_failures == 1  # one attempt, not five

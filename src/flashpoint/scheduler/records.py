@@ -59,6 +59,9 @@ class Worker:
     #: the device ids the backend reports the worker really got, when it numbers them itself (Ray); else the ledger's
     device_ids: tuple[int, ...] | None = None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    #: its start failed because the backend could not set its environment up (Ray's runtime_env): retrying with the
+    #: same requirements will not help, so its endpoint's queued jobs fail ``environment_failed`` at once
+    environment_failed: bool = False
     #: jobs it holds that its pings stopped naming, with when that began (the watchdog's evidence)
     unnamed: dict[str, float] = field(default_factory=dict)
     #: where a route worker serves HTTP (``host:port``), once its backend started it; None for a queue worker

@@ -46,6 +46,8 @@ worker_log = logging.getLogger("flashpoint.worker")
 
 #: a worker that exits before it ever pulled counts as a failed start; after this many in a row, queued jobs fail
 MAX_START_ATTEMPTS = 5
+#: the code of a backend's error saying it could not set a worker's environment up (``rayship.EnvironmentSetupError``)
+ENVIRONMENT_SETUP_FAILED = "environment_setup_failed"
 #: how long devices whose worker never came up (a Ray actor not ready in time) are passed over by placement
 SET_ASIDE_S = 60.0
 #: what explanations name as the holder of devices set aside
@@ -221,6 +223,7 @@ class Supervisor:
             return
         except BackendError as exc:
             worker.stderr_tail.append(str(exc))
+            worker.environment_failed = exc.code == ENVIRONMENT_SETUP_FAILED
             self._on_exit(worker.id, -1, True)
             return
         worker.device_ids = started.device_ids
@@ -444,7 +447,14 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             MAX_START_ATTEMPTS,
             ep.last_start_error,
         )
-        if ep.start_failures >= MAX_START_ATTEMPTS:
+        if worker.environment_failed:  # the same requirements fail the same way: no attempt more helps the queue
+            error = JobError("EnvironmentSetupError", ep.last_start_error)
+            for job in self.book.queued(ep):
+                self.book.count(ep, job, -1)
+                self._finish(job, JobStatus.FAILED, Reason.ENVIRONMENT_FAILED, error)
+            ep.queue.clear()
+            self._give_up_held(ep)
+        elif ep.start_failures >= MAX_START_ATTEMPTS:
             error = JobError(
                 "WorkerStartFailed",
                 f"no worker of {ep.spec.name!r} could start "
