@@ -96,7 +96,7 @@ async def test_impossible_request_warns_at_once_and_waits_in_queue(make_embedded
     assert len(warnings) == 1
     assert "no node of this fleet can ever provide" in warnings[0]
     assert "2 x NVIDIA A100 80GB PCIe" in warnings[0]  # names what the fleet has
-    assert "fallback" in warnings[0]  # and suggests one
+    assert "lower gpu_count to 2" in warnings[0] and "fallback" not in warnings[0]  # fewer, not another model
     explanation = await job.explain()
     assert explanation.never is True
     assert explanation.position == 1

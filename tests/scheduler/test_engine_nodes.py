@@ -366,3 +366,27 @@ async def test_the_fleet_view_shows_nodes_and_their_reservations() -> None:
     }
     assert body["nodes"][0]["cuda"] == "12.8" and body["nodes"][0]["simulated"] is True
     assert [d["node"] for d in body["devices"]] == ["gpu-box"]
+
+
+@pytest.mark.parametrize(
+    ("fleet", "gpu", "advice"),
+    [
+        (
+            "a=NVIDIA_H200:2;b=NVIDIA_H200:4",
+            "NVIDIA H200",
+            "lower gpu_count to 4 (the most NVIDIA H200 devices one node has)",
+        ),
+        ("a=NVIDIA_H200:2", ["NVIDIA B200", "NVIDIA H200"], "lower gpu_count to 2 (the most NVIDIA H200 devices"),
+        ("a=NVIDIA_L40S:3", "any", "lower gpu_count to 3"),
+        ("a=NVIDIA_L40S:8", "NVIDIA H200", "add a fallback the fleet has"),  # the model is not here at all
+    ],
+)
+async def test_a_gpu_count_no_node_has_advises_lowering_it(
+    fleet: str, gpu: object, advice: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    door = await open_door(fleet)
+    door.endpoint(name="wide", gpu=gpu, gpu_count=6)
+    (warning,) = [r.getMessage() for r in caplog.records if "wide" in r.getMessage()]
+    assert advice in warning
+    assert ("GpuGroup.ANY" in warning) is advice.startswith("add a fallback")
+    await door.plane.close()

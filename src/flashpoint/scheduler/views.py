@@ -99,6 +99,12 @@ def never_message(spec: EndpointSpec, nofit: NoFit, index: FleetIndex) -> str:
     fleet = fleet_summary(index.devices)
     if any(r.code is not Code.NOT_IN_FLEET for r in nofit.reasons):  # node filters left the models out
         return f"{head}such a node joins. The fleet has: {fleet}."
+    most = max(((index.largest(c) or 0, describe(c)) for c in spec.candidates), default=(0, ""))
+    if 0 < most[0] < spec.gpu_count:  # the model is here, on too few devices per node: ask for fewer, not another
+        return (
+            f"{head}such a node joins. The fleet has: {fleet}. To run now, lower gpu_count to {most[0]} "
+            f"(the most {most[1]} devices one node has)."
+        )
     models = sorted({d.model_name for d in index.devices})
     hint = (
         f"add a fallback the fleet has, e.g. gpu=[{', '.join(repr(describe(c)) for c in spec.candidates)}, "
