@@ -55,8 +55,12 @@ _lease_dirs = itertools.count()
 @pytest.fixture(autouse=True)
 def _own_lease_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test, and the processes it starts, lease devices in a directory of its own (made on first use), so a
-    plane one test leaves running never holds the simulated devices of another (docs: "One owner per device")."""
+    plane one test leaves running never holds the simulated devices of another (docs: "One owner per device"); and
+    builds environments in the run's own cache."""
     monkeypatch.setenv("FLASHPOINT_LEASE_DIR", str(tmp_path_factory.getbasetemp() / "leases" / str(next(_lease_dirs))))
+    # per-endpoint environments are built in this run's own cache (shared by its tests: one build per requirement
+    # set), never in the user's ~/.flashpoint/envs
+    monkeypatch.setenv("FLASHPOINT_ENV_DIR", str(tmp_path_factory.getbasetemp() / "envs"))
 
 
 def seed_path() -> Path:
