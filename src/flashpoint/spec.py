@@ -10,7 +10,7 @@ import difflib
 import inspect
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -187,11 +187,7 @@ def _requirements(name: str | None, values: tuple[str, ...]) -> tuple[str, ...]:
     if values:
         from flashpoint.environments.keys import normalize_requirement
 
-        for value in values:
-            try:
-                normalize_requirement(value)
-            except InvalidEndpointError as exc:
-                raise invalid(name, str(exc)) from None
+        _each(name, values, normalize_requirement)
     return values
 
 
@@ -200,12 +196,17 @@ def _packages(name: str | None, values: tuple[str, ...]) -> tuple[str, ...]:
     if values:
         from flashpoint.environments.system import validate_package_name
 
-        for value in values:
-            try:
-                validate_package_name(value)
-            except InvalidEndpointError as exc:
-                raise invalid(name, str(exc)) from None
+        _each(name, values, validate_package_name)
     return values
+
+
+def _each(name: str | None, values: tuple[str, ...], check: Callable[[str], object]) -> None:
+    """``check`` every value; its ``InvalidEndpointError`` names the endpoint."""
+    for value in values:
+        try:
+            check(value)
+        except InvalidEndpointError as exc:
+            raise invalid(name, str(exc)) from None
 
 
 def _cpu(name: str | None, value: Any) -> tuple[str, ...]:
