@@ -27,7 +27,11 @@ from tests.scheduler.door import BASE_URL, open_door
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-SERVED = ("dashboard.js", "dashboard.css", "favicon.svg")
+#: the page's scripts: dashboard.js, the module index.html loads, and the modules it imports
+MODULES = ("dashboard.js", "api.js", "dom.js", "fleet.js", "jobs.js", "state.js")
+SERVED = (*MODULES, "dashboard.css", "favicon.svg")
+#: what index.html itself names (the other modules are reached by dashboard.js's imports)
+LOADED_BY_THE_PAGE = ("dashboard.js", "dashboard.css", "favicon.svg")
 
 
 async def server_client(api_keys: tuple[str, ...] = (KEY,)) -> httpx.AsyncClient:
@@ -39,6 +43,17 @@ async def server_client(api_keys: tuple[str, ...] = (KEY,)) -> httpx.AsyncClient
 
 def package_text(name: str) -> str:
     return resources.files("flashpoint").joinpath("dashboard").joinpath(name).read_text()
+
+
+def code_of(script: str) -> str:
+    """A script without its whole-line comments (the header names the calls it never makes)."""
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("//"))
+
+
+def imports_of(script: str) -> list[str]:
+    """The module specifiers a script imports, static (``import ... from "x"``, ``import "x"``) or dynamic."""
+    code = code_of(script)
+    return re.findall(r"\bfrom\s+[\"']([^\"']*)[\"']", code) + re.findall(r"\bimport\s*\(?\s*[\"']([^\"']*)[\"']", code)
 
 
 class Tags(HTMLParser):
@@ -92,7 +107,7 @@ async def test_the_page_loads_without_a_key_while_its_data_needs_one() -> None:
         keyed = await client.get("/v1/fleet", headers=AUTH)
     assert page.status_code == 200
     assert page.headers["content-type"] == "text/html; charset=utf-8"
-    assert '<script src="/static/dashboard/dashboard.js" defer></script>' in page.text
+    assert '<script type="module" src="/static/dashboard/dashboard.js"></script>' in page.text
     assert fleet.status_code == 401 and fleet.json()["code"] == "unauthorized"
     assert keyed.status_code == 200 and keyed.json()["devices"]
 
@@ -164,18 +179,44 @@ def test_the_page_has_no_inline_script_or_style_and_loads_only_its_own_assets() 
     page = package_text("index.html")
     assert_self_contained(page)
     loaded = {attrs.get("src") or attrs.get("href") for tag, attrs in parse(page).tags if tag in ("script", "link")}
-    assert loaded == {f"/static/dashboard/{name}" for name in SERVED}
+    assert loaded == {f"/static/dashboard/{name}" for name in LOADED_BY_THE_PAGE}
+    scripts = [attrs for tag, attrs in parse(page).tags if tag == "script"]
+    assert scripts == [{"type": "module", "src": "/static/dashboard/dashboard.js"}]
 
 
-def test_the_script_never_turns_data_into_html_or_code() -> None:
-    script = package_text("dashboard.js")
-    banned = r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|srcdoc"
-    banned += r"|setAttribute\(\s*['\"]on"
-    assert re.findall(banned, script.split('"use strict";', 1)[1]) == []
-    assert "textContent" in script
-    assert "http://" not in script and "https://" not in script and "//cdn" not in script
-    assert "sessionStorage" in script and "localStorage" not in script  # the key lives in this tab only
-    assert '"Bearer "' in script
+def test_every_module_is_served_and_imported_by_relative_path_from_the_page_script() -> None:
+    # Given the package's scripts and the served list
+    on_disk = {item.name for item in resources.files("flashpoint").joinpath("dashboard").iterdir()}
+    assert {name for name in on_disk if name.endswith(".js")} == set(MODULES)
+    assert {name for name in ASSETS if name.endswith(".js")} == set(MODULES)
+    # When the imports are followed from dashboard.js, every specifier names a sibling module (nothing from elsewhere)
+    reached, todo = set(), ["dashboard.js"]
+    while todo:
+        name = todo.pop()
+        reached.add(name)
+        for specifier in imports_of(package_text(name)):
+            assert re.fullmatch(r"\./[a-z]+\.js", specifier), (name, specifier)
+            if specifier[2:] not in reached:
+                todo.append(specifier[2:])
+    # Then every module is reached, so none is dead and none is missing from ASSETS (a browser would get a 404)
+    assert reached == set(MODULES)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_no_script_turns_data_into_html_or_code(name: str) -> None:
+    code = code_of(package_text(name))
+    banned = r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|srcdoc|DOMParser"
+    banned += r"|createContextualFragment|setAttribute\(\s*['\"]on|\bsetTimeout\(\s*['\"`]|\bsetInterval\("
+    assert re.findall(banned, code) == []
+    assert "http://" not in code and "https://" not in code and "//cdn" not in code
+    assert "localStorage" not in code and "cookie" not in code  # the key lives in this tab only
+
+
+def test_the_scripts_write_text_and_keep_the_key_in_this_tab() -> None:
+    scripts = {name: code_of(package_text(name)) for name in MODULES}
+    assert "textContent" in scripts["dom.js"] and "createTextNode" in scripts["dom.js"]
+    assert "sessionStorage" in scripts["state.js"] and "sessionStorage" in scripts["dashboard.js"]
+    assert '"Bearer "' in scripts["api.js"] and 'credentials: "omit"' in scripts["api.js"]
 
 
 def test_the_stylesheet_loads_nothing() -> None:

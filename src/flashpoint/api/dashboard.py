@@ -32,10 +32,16 @@ if TYPE_CHECKING:
 
 #: where the page's assets are served
 ASSET_PREFIX = "/static/dashboard/"
-#: the files of ``flashpoint/dashboard/`` that are served, and their media types (nothing else is)
+#: the files of ``flashpoint/dashboard/`` that are served, and their media types (nothing else is); ``dashboard.js`` is
+#: the page's module script, which imports the other modules by relative path
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
+    "api.js": "text/javascript; charset=utf-8",
+    "dom.js": "text/javascript; charset=utf-8",
+    "fleet.js": "text/javascript; charset=utf-8",
+    "jobs.js": "text/javascript; charset=utf-8",
+    "state.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
