@@ -92,3 +92,13 @@ def test_code_shipped_by_value_keeps_its_file_and_line() -> None:
         copy(3)  # type: ignore[operator]
     frames = traceback.extract_tb(info.tb)
     assert frames[-1].filename == __file__ and frames[-1].name == "shipped"
+
+
+def test_a_module_imported_later_is_found_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    assert remote_kind("flashpoint_late_module.LateError") is JobFailedError
+    late = types.ModuleType("flashpoint_late_module")
+    late.LateError = type("LateError", (Exception,), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flashpoint_late_module", late)
+    assert issubclass(remote_kind("flashpoint_late_module.LateError"), late.LateError)  # type: ignore[attr-defined]

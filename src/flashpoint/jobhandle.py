@@ -106,8 +106,8 @@ class JobHandle:
         return f"<Job {self.id} {self._view.status.value}>"
 
 
-#: remote exception types already seen, each with its ``JobFailedError`` twin (None: not usable here)
-_KINDS: dict[str, type[JobFailedError] | None] = {}
+#: remote exception types already seen, each with its ``JobFailedError`` twin
+_KINDS: dict[str, type[JobFailedError]] = {}
 
 
 def remote_kind(remote_type: str) -> type[JobFailedError]:
@@ -115,9 +115,12 @@ def remote_kind(remote_type: str) -> type[JobFailedError]:
     ``"__main__.ParseError"``, ``"json.decoder.JSONDecodeError"``) when that type is a builtin or lives in a module
     this process has imported already. A name the worker sent never makes this process import anything: a module
     that is not loaded here is not looked for."""
-    if remote_type not in _KINDS:
-        _KINDS[remote_type] = _twin(_find(remote_type))
-    return _KINDS[remote_type] or JobFailedError
+    kind = _KINDS.get(remote_type)
+    if kind is None:
+        kind = _twin(_find(remote_type))
+        if kind is not None:  # only found ones are kept: the module may be imported later
+            _KINDS[remote_type] = kind
+    return kind or JobFailedError
 
 
 def _find(remote_type: str) -> type[Exception] | None:
