@@ -177,11 +177,12 @@ def test_code_and_environment_reach_a_node_that_cannot_see_the_app(hidden_cluste
     host_site = os.path.dirname(six_module_file())
     assert not any(p.startswith(host_site) for p in out["pythonpath"].split(os.pathsep)), out["pythonpath"]
 
-    # (d) a requirement that does not exist: the worker never starts, and after the plane's attempts the job fails
-    # with pip's own words
+    # (d) a requirement that does not exist: the worker never starts, and the job fails at the first attempt
+    # (environment_failed: the same requirements would fail the same way) with pip's own words
     missing = jobs["missing"]
     assert missing["status"] == "FAILED", missing
-    assert missing["reason"] == "worker_start_failed", missing
+    assert missing["reason"] == "environment_failed", missing
+    assert missing["error"]["type"] == "EnvironmentSetupError", missing
     message = missing["error"]["message"]
     assert "could not set up its environment" in message, message
     assert "flashpoint-no-such-package==0.0.1" in message and "ERROR:" in message, message
