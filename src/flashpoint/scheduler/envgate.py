@@ -136,55 +136,34 @@ def check_system(spec: EndpointSpec) -> tuple[str, ...]:
     return missing
 
 
-class LazyCache:
-    """The environment cache at its default root, made at first use: a plane whose endpoints have no dependencies
-    never imports ``flashpoint.environments`` (packaging, uv's locator)."""
-
-    def __init__(self) -> None:
-        self._cache: EnvironmentSource | None = None
-
-    def _get(self) -> EnvironmentSource:
-        if self._cache is None:
-            from flashpoint.environments import EnvironmentCache
-
-            self._cache = EnvironmentCache()
-        return self._cache
-
-    def key(self, requirements: Iterable[str]) -> str:
-        return self._get().key(requirements)
-
-    def ensure(
-        self,
-        requirements: Iterable[str],
-        *,
-        endpoint: str,
-        on_line: Callable[[str], None] | None = None,
-        retry: bool = False,
-    ) -> Environment:
-        return self._get().ensure(requirements, endpoint=endpoint, on_line=on_line, retry=retry)
-
-    def failure(self, key: str) -> BuildFailure | None:
-        return self._get().failure(key)
-
-
 class EnvironmentGate:
     """Builds endpoints' environments and keeps each endpoint's ``EnvStatus`` (``ep.environment``)."""
 
     def __init__(
         self,
-        source: EnvironmentSource,
+        source: EnvironmentSource | None,
         clock: Clock,
         *,
         on_ready: Callable[[EndpointState], None],
         on_failed: Callable[[EndpointState, str], None],
         host_check: Callable[[Iterable[str]], bool] = host_satisfies,
     ) -> None:
-        self.source = source
+        self._source = source
         self.clock = clock
         self.on_ready = on_ready
         self.on_failed = on_failed
         self.host_check = host_check
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def source(self) -> EnvironmentSource:
+        """The environment cache at its default root unless one was given, made at first use: a plane whose endpoints
+        have no dependencies never imports ``flashpoint.environments`` (packaging, uv's locator)."""
+        if self._source is None:
+            from flashpoint.environments import EnvironmentCache
+
+            self._source = EnvironmentCache()
+        return self._source
 
     def start_missing(self, endpoints: Iterable[EndpointState]) -> None:
         """Begin a build for every endpoint with dependencies and no environment status yet (on the loop)."""

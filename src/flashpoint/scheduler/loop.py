@@ -29,7 +29,7 @@ from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler import planner, readiness, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
-from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, LazyCache, check_system, system_note
+from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, check_system, system_note
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
@@ -127,7 +127,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         self.envs: EnvironmentGate | None = None
         if not getattr(backend, "builds_environments", False):
             self.envs = EnvironmentGate(
-                environments or LazyCache(), clock, on_ready=lambda ep: self.kick(), on_failed=self._environment_failed
+                environments, clock, on_ready=lambda ep: self.kick(), on_failed=self._environment_failed
             )
         #: endpoints the last reconcile left waiting for something
         self._waiting: set[str] = set()
@@ -350,13 +350,13 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         self._end(job, JobStatus.CANCELLED, Reason.CANCELLED)
         return job.view()
 
-    def _end(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
+    def _end(self, job: Job, status: JobStatus, reason: Reason) -> None:
         """End a job that is queued (it leaves its queue) or running (its worker is told to stop it); else nothing."""
         if job.status is JobStatus.IN_QUEUE:
             owner = self.endpoints.get(job.endpoint)
             if owner is not None:
                 self.book.count(owner, job, -1)  # the id stays in the deque and is skipped when reached
-            self._finish(job, status, reason, error)
+            self._finish(job, status, reason)
         elif job.status is JobStatus.IN_PROGRESS:
             worker = self.workers.get(job.worker_id or "")
             self._finish(job, status, reason)
@@ -428,8 +428,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
 
     def _environment_failed(self, ep: EndpointState, error: str) -> None:
         """The endpoint's environment could not be built: its queued jobs end FAILED with the installer's error."""
-        for job in self.book.queued(ep):
-            self._end(job, JobStatus.FAILED, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", error))
+        self._fail_queued(ep, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", error))
         self.kick()
 
     def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:

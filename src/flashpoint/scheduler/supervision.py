@@ -448,11 +448,7 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             ep.last_start_error,
         )
         if worker.environment_failed:  # the same requirements fail the same way: no attempt more helps the queue
-            error = JobError("EnvironmentSetupError", ep.last_start_error)
-            for job in self.book.queued(ep):
-                self.book.count(ep, job, -1)
-                self._finish(job, JobStatus.FAILED, Reason.ENVIRONMENT_FAILED, error)
-            ep.queue.clear()
+            self._fail_queued(ep, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentSetupError", ep.last_start_error))
             self._give_up_held(ep)
         elif ep.start_failures >= MAX_START_ATTEMPTS:
             error = JobError(
@@ -460,11 +456,15 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
                 f"no worker of {ep.spec.name!r} could start "
                 f"({ep.start_failures} attempts); last error:\n{ep.last_start_error}",
             )
-            for job in self.book.queued(ep):
-                self.book.count(ep, job, -1)
-                self._finish(job, JobStatus.FAILED, Reason.WORKER_START_FAILED, error)
-            ep.queue.clear()
+            self._fail_queued(ep, Reason.WORKER_START_FAILED, error)
             self._give_up_held(ep)  # a route endpoint's held requests are answered now, with the explanation
+
+    def _fail_queued(self, ep: EndpointState, reason: Reason, error: JobError) -> None:
+        """Every job still queued for ``ep`` ends FAILED with ``reason`` and ``error``."""
+        for job in self.book.queued(ep):
+            self.book.count(ep, job, -1)
+            self._finish(job, JobStatus.FAILED, reason, error)
+        ep.queue.clear()
 
     def _start_lost(self, ep: EndpointState, worker: Worker, code: int) -> None:
         """A starting worker killed from outside: not its handler's fault, so no failed start is counted and the
