@@ -33,7 +33,7 @@ from uvicorn.server import ServerState
 log = logging.getLogger("flashpoint.api")
 
 #: above this, a body is handed over as a second buffer instead of being copied behind the head
-_COPY_LIMIT = 64 * 1024
+COPY_LIMIT = 64 * 1024
 
 
 class _Coalescing:
@@ -53,7 +53,7 @@ class _Coalescing:
             self._loop.call_soon(self._flush)
             return
         self._held = None
-        if len(data) <= _COPY_LIMIT:
+        if len(data) <= COPY_LIMIT:
             self._transport.write(held + data)
         else:
             self._transport.writelines((held, data))

@@ -30,6 +30,8 @@ from typing import cast
 
 import httptools
 
+from flashpoint.api.transport import COPY_LIMIT
+
 #: seconds an idle connection stays pooled; below the route worker's keep-alive (``routeserver.KEEP_ALIVE_S``)
 IDLE_S = 30.0
 #: idle connections kept per worker address (more are closed when released)
@@ -176,7 +178,7 @@ class Exchange:
             raise WorkerLost("the worker closed the connection before the request was written")
         if not body:
             transport.write(head)
-        elif len(body) <= 64 * 1024:
+        elif len(body) <= COPY_LIMIT:
             transport.write(head + body)
         else:
             transport.writelines((head, body))
