@@ -255,10 +255,21 @@ async def test_a_call_queued_for_long_shows_one_line_with_its_reason(monkeypatch
     assert shown.endswith("\x1b[2K")  # and erased once the job left the queue
 
 
-async def test_no_line_where_nobody_watches() -> None:
+async def test_no_line_where_nobody_watches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "WAIT_LINE_AFTER_S", 0.0)
+    monkeypatch.setenv("FLASHPOINT_PROGRESS", "")
     conn = ScriptedConnection()
     view = await conn.submit("e", {}, {})
+    asked: list[str] = []
+    real_get = conn.get
+
+    async def get(job_id: str) -> JobView:
+        asked.append(job_id)
+        return await real_get(job_id)
+
+    conn.get = get  # type: ignore[method-assign]
     piped = io.StringIO()
     async with progress.wait_line(conn, view.id, stream=piped):  # type: ignore[arg-type]
-        pass
-    assert piped.getvalue() == ""
+        for _ in range(50):  # loop turns in which a line would have asked about the job (it asks at once)
+            await asyncio.sleep(0)
+    assert asked == [] and piped.getvalue() == ""
