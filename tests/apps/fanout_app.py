@@ -61,7 +61,13 @@ async def probe(other_job: str) -> dict[str, int]:
             "health": await client.get("/v2/fanout-classify/health"),
             "worker_take": await client.get(f"/v2/fanout-api/job-take/{worker}"),
             "tampered": await client.get(
-                f"/v2/fanout-classify/status/{mine}", headers={"Authorization": f"Bearer {key[:-2]}AA"}
+                f"/v2/fanout-classify/status/{mine}", headers={"Authorization": f"Bearer {_tampered(key)}"}
             ),
         }
     return {name: response.status_code for name, response in codes.items()}
+
+
+def _tampered(key: str) -> str:
+    """``key`` with its MAC's first character changed: always a different key (never a no-op, whatever the MAC)."""
+    head, _, mac = key.rpartition(".")
+    return f"{head}.{'B' if mac[0] == 'A' else 'A'}{mac[1:]}"
