@@ -655,7 +655,7 @@ async def test_decorated_call_to_an_endpoint_the_server_lacks_lists_what_it_serv
     assert "unset FLASHPOINT_URL" in str(info.value)
 
 
-async def test_inside_a_worker_a_missing_endpoint_says_to_call_it_from_the_script_first(
+async def test_inside_a_worker_a_missing_endpoint_says_how_the_plane_learns_it(
     served: HTTPConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FLASHPOINT_CALLER_URL", served.url + "/")  # what a worker of this plane is given
@@ -665,7 +665,8 @@ async def test_inside_a_worker_a_missing_endpoint_says_to_call_it_from_the_scrip
 
     with pytest.raises(NotFoundError, match="plane that runs this worker has no endpoint 'missing'") as info:
         await missing()
-    assert "call it once from the script" in str(info.value) and "FLASHPOINT_URL" not in str(info.value)
+    message = str(info.value)
+    assert "name it in the code of an endpoint the script calls" in message and "FLASHPOINT_URL" not in message
 
 
 async def test_stream_of_a_generator_endpoint_yields_its_chunks(fake: Fake, served: HTTPConnection) -> None:

@@ -43,6 +43,14 @@ EXPECTED: dict[str, tuple[str, list[str]]] = {
             "HI, LINUS (CALL 3 ON NVIDIA L40S)",
         ],
     ),
+    "pipeline.py": (
+        "NVIDIA_A100_80GB_PCIe:1",
+        [
+            "words: ['a', 'banana', 'and', 'an', 'apple']",
+            "vectors: [[1, 1], [6, 3], [3, 1], [2, 1], [5, 1]]",
+            "embedded on: NVIDIA A100 80GB PCIe",
+        ],
+    ),
 }
 
 

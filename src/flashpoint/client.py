@@ -95,6 +95,9 @@ class HTTPConnection:
     ``register`` only checks that the server serves the endpoint: code is never uploaded; the server runs its own.
     """
 
+    #: the server runs its own code (``register`` only checks that it serves the endpoint)
+    hosts_code = False
+
     def __init__(self, url: str, api_key: str | None = None, *, timeout_s: float = 30.0) -> None:
         base = url.strip().rstrip("/")
         if not base.startswith(("http://", "https://")):
@@ -227,14 +230,16 @@ class HTTPConnection:
         try:
             await self._request("GET", f"/v1/endpoints/{_seg(name)}")
         except NotFoundError:
+            if self.url == os.environ.get("FLASHPOINT_CALLER_URL", "").rstrip("/"):  # inside a worker
+                # (its caller key may not list the plane's endpoints)
+                raise NotFoundError(
+                    f"the control plane that runs this worker has no endpoint {name!r}: a script's "
+                    "endpoints are registered at their first call, with the endpoints their code names; name it in the "
+                    "code of an endpoint the script calls, call it once from the script, or serve the file that "
+                    "declares them all (`flashpoint serve app.py`)"
+                ) from None
             served = await self._served()
             listing = f"it serves {', '.join(served)}" if served else "it serves no endpoint"
-            if self.url == os.environ.get("FLASHPOINT_CALLER_URL", "").rstrip("/"):  # inside a worker
-                raise NotFoundError(
-                    f"the control plane that runs this worker has no endpoint {name!r} ({listing}): a script's "
-                    "endpoints are registered at their first call, so call it once from the script before code in a "
-                    "worker calls it, or serve the file that declares both (`flashpoint serve app.py`)"
-                ) from None
             raise NotFoundError(
                 f"the flashpoint server at {self.url} has no endpoint {name!r} ({listing}); serve the file that "
                 "declares it (`flashpoint serve app.py`), or unset FLASHPOINT_URL to run it in this process"

@@ -23,6 +23,10 @@ class Connection(Protocol):
     own (``webhook``, ``policy``) and flashpoint's metadata under ``flashpoint`` (``binary_ok``, ``init``, ``target``).
     """
 
+    #: True when ``register`` hands the plane the endpoint's code (an embedded plane); False when the plane runs its
+    #: own (a server, which ``register`` only asks whether it serves the endpoint)
+    hosts_code: bool
+
     async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None: ...
     async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView: ...
     async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView: ...

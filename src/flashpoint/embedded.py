@@ -54,6 +54,9 @@ class EmbeddedServer:
     A ``Connection``: every call runs on the server's own event loop.
     """
 
+    #: ``register`` takes the endpoint's code: this plane runs what the script declares
+    hosts_code = True
+
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings.load()
         self.plane: ControlPlane
