@@ -374,6 +374,26 @@ async def test_root_ping_and_a_docs_page_that_loads_nothing(dev: Callable[..., A
     assert (await rig.client.post("/ping")).status_code == 405
 
 
+async def test_a_browser_gets_the_dashboard_at_root_and_a_client_flashs_json(
+    dev: Callable[..., Awaitable[Rig]],
+) -> None:
+    rig = await dev(APP, keys=("k",))
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    page = await rig.client.get("/", headers=browser)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert (
+        "/static/dashboard/dashboard.js" in page.text and "script-src 'self'" in page.headers["content-security-policy"]
+    )
+    asset = await rig.client.get("/static/dashboard/dashboard.js")
+    assert asset.status_code == 200 and asset.headers["content-type"].startswith("text/javascript")
+    # the page needs no key, the API it reads does
+    assert (await rig.client.get("/v1/endpoints")).status_code == 401
+    assert (await rig.client.get("/v1/endpoints", headers={"Authorization": "Bearer k"})).status_code == 200
+    for accept in ("*/*", "application/json"):
+        answer = await rig.client.get("/", headers={"Accept": accept})
+        assert answer.json() == {"message": "flashpoint dev server", "docs": "/docs"}, accept
+
+
 async def test_runsync_runs_the_function_with_the_inputs_arguments(dev: Callable[..., Awaitable[Rig]]) -> None:
     rig = await dev(APP)
     request = rig.client.post("/gpu_worker/runsync", json={"input": {"x": 3}})

@@ -49,7 +49,7 @@ from flashpoint.errors import BadInputError, ConfigError, Error, NotFoundError
 from flashpoint.hosting import http_url, listening_socket, loopback, open_backend
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.server import input_checkers
+from flashpoint.server import announce, input_checkers
 from flashpoint.spec import WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 
@@ -91,6 +91,14 @@ def bind_port(host: str, port: int, attempts: int = PORT_ATTEMPTS) -> socket.soc
 
 # --------------------------------------------------------------------------------------------------------------------
 # The app
+
+
+def _wants_html(scope: Scope) -> bool:
+    """Whether a request asks for a web page (a browser's ``Accept: text/html,...``) rather than JSON (curl and HTTP
+    clients send ``*/*`` or ``application/json``): ``GET /`` answers a browser with the dashboard, as Flash's JSON
+    ``{"message", "docs"}`` otherwise."""
+    accept = dict(scope["headers"]).get(b"accept", b"").decode("latin-1").lower()
+    return "text/html" in accept
 
 
 async def _send_json(send: Send, status: int, body: Any, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
@@ -189,6 +197,8 @@ class DevApp:
         if path in ("/", "/ping", "/docs"):
             if method not in ("GET", "HEAD"):
                 await _send_json(send, 405, {"detail": "Method Not Allowed"}, [(b"allow", b"GET, HEAD")])
+            elif path == "/" and _wants_html(scope):  # a browser: the dashboard (its calls to /v1 take the key)
+                await self.inner(scope, receive, send)
             elif path == "/":
                 await _send_json(send, 200, {"message": "flashpoint dev server", "docs": "/docs"})
             elif path == "/ping":
@@ -515,6 +525,10 @@ class DevServer:
             route_ready_timeout_s=settings.route_ready_timeout_s,
         )
         code_dir = tempfile.TemporaryDirectory(prefix="flashpoint-dev-")
+        # this machine's CLI gets a key of its own (in the announcement), so no configured key is ever written down
+        cli_key = secrets.token_urlsafe(32) if self.api_keys else None
+        api_keys = self.api_keys + ((cli_key,) if cli_key else ())
+        announced: list[Path] = []
         stop = asyncio.Event()
         watching: list[asyncio.Task[None]] = []
         url = http_url(self.host, port)
@@ -522,11 +536,18 @@ class DevServer:
         async def startup() -> None:
             await plane.start()
             session.apply(project)
+            # announced before the line that says it serves: whoever waits for that line finds the file
+            cli_url = http_url("127.0.0.1" if bound in ("0.0.0.0", "::") else bound, port)
+            path = announce(settings.state_dir / "run", url=cli_url, key=cli_key, app=str(self.root), kind="dev")
+            if path is not None:
+                announced.append(path)
             self._announce(session.layout, url, port, plane)
             if self.reload:
                 watching.append(asyncio.create_task(session.watch(stop)))
 
         async def shutdown() -> None:
+            for path in announced:
+                path.unlink(missing_ok=True)
             stop.set()
             if watching:
                 await asyncio.wait(watching, timeout=5)
@@ -537,7 +558,7 @@ class DevServer:
         intake = Intake({})
         api = create_app(
             plane,
-            api_keys=self.api_keys,
+            api_keys=api_keys,
             intake=intake,
             max_body_bytes=self.max_body_bytes,
             webhook_retry_delay_s=settings.webhook_retry_s,
@@ -547,7 +568,7 @@ class DevServer:
         )
         dispatch = Dispatch(api, plane)
         app = DevApp(
-            dispatch, plane, intake, layout, api_keys=self.api_keys, max_body_bytes=self.max_body_bytes,
+            dispatch, plane, intake, layout, api_keys=api_keys, max_body_bytes=self.max_body_bytes,
             title=str(self.root),
         )  # fmt: skip
         session = DevSession(self.root, plane, app, Path(code_dir.name), say=self.say)
@@ -571,4 +592,5 @@ class DevServer:
         for method, path, name, endpoint in rows:
             self.say(f"  {method:<{widths[0]}}  {path:<{widths[1]}}  {name:<{widths[2]}}  {endpoint}")
         self.say(f"  docs  {url}/docs")
+        self.say(f"  dashboard  {url}/ (in a browser)")
         self.say(f"  {'reloading on changes in ' + str(self.root) if self.reload else 'reload off'}; stop: ctrl+c")

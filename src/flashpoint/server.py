@@ -91,20 +91,21 @@ def _needs_target(name: str, targets: list[str]) -> Callable[[Any], None]:
     return check
 
 
-def announce(folder: Path, *, url: str, key: str | None, app: str) -> Path | None:
+def announce(folder: Path, *, url: str, key: str | None, app: str, kind: str = "server") -> Path | None:
     """Tell the CLI on this machine (``flashpoint status``, ``gpus``, ``jobs``...) where this server is, as embedded
-    planes do: ``<folder>/<pid>-serve.json``, readable by this user only, replaced whole (never half-written).
+    planes do: ``<folder>/<pid>-serve.json`` (``-dev.json`` for ``flashpoint dev``, ``kind="dev"``), readable by this
+    user only, replaced whole (never half-written).
 
     ``key`` is the key the server minted for this machine's CLI, never one the user configured: a file left behind by
     a killed server holds a key that died with it. None (a server that asks for no key) is written as null.
     """
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{os.getpid()}-serve.json"
+        path = folder / f"{os.getpid()}-{'serve' if kind == 'server' else kind}.json"
         partial = path.with_suffix(".tmp")
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
-            body = {"pid": os.getpid(), "url": url, "key": key, "kind": "server", "app": app, "startedAt": time.time()}
+            body = {"pid": os.getpid(), "url": url, "key": key, "kind": kind, "app": app, "startedAt": time.time()}
             json.dump(body, handle)
         os.replace(partial, path)
         return path

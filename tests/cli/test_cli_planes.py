@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from flashpoint import ConfigError, Endpoint, GpuType, InvalidTransitionError, NotFoundError, default_connection
 from flashpoint.cli import app
-from flashpoint.cli.live import SERVER, URL, Unreachable, describe, live_planes
+from flashpoint.cli.live import DEV, SERVER, URL, Unreachable, describe, live_planes
 from flashpoint.cli.target import planes
 from flashpoint.config import Settings
 from flashpoint.embedded import EmbeddedServer
@@ -96,6 +96,17 @@ def test_a_server_announcement_says_what_it_serves_and_is_private(tmp_path: Path
     (plane,) = live_planes(Settings.load({"FLASHPOINT_STATE_DIR": str(tmp_path / "state")}))
     assert (plane.kind, plane.app, plane.key, plane.pid) == (SERVER, "app.py", None, os.getpid())
     assert describe(plane) == f"flashpoint serve app.py (pid {os.getpid()}, http://127.0.0.1:8123)"
+
+
+def test_a_dev_servers_announcement_names_it_as_flashpoint_dev(tmp_path: Path) -> None:
+    folder = tmp_path / "state" / "run"
+
+    path = announce(folder, url="http://127.0.0.1:8888", key="minted", app="/home/me/project", kind=DEV)
+
+    assert path is not None and path.name == f"{os.getpid()}-dev.json"
+    (plane,) = live_planes(Settings.load({"FLASHPOINT_STATE_DIR": str(tmp_path / "state")}))
+    assert (plane.kind, plane.app, plane.key) == (DEV, "/home/me/project", "minted")
+    assert describe(plane) == f"flashpoint dev /home/me/project (pid {os.getpid()}, http://127.0.0.1:8888)"
 
 
 def test_a_dead_servers_announcement_is_dropped(tmp_path: Path) -> None:

@@ -5,10 +5,12 @@ the new."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -227,6 +229,28 @@ def test_an_edit_reloads_the_endpoint_without_losing_its_queued_job(dev: Callabl
         first, second = a.result(timeout=60), b.result(timeout=90)
     assert first.status_code == 200 and first.json()["output"]["version"] == "v1", first.text
     assert second.status_code == 200 and second.json()["output"] == {"version": "v2", "tag": "B", "gpu": "NVIDIA H200"}
+
+
+def test_the_cli_sees_a_dev_server_and_forgets_it_when_it_stops(dev: Callable[..., Dev], tmp_path: Path) -> None:
+    served = dev({"cpu_worker.py": CPU_WORKER}, "--port", "0")
+    run = tmp_path / "state" / "run"
+    [announcement] = list(run.glob("*-dev.json"))
+    body = json.loads(announcement.read_text())
+    assert body["kind"] == "dev" and body["pid"] == served.proc.pid and body["url"] == served.url
+    assert stat.S_IMODE(announcement.stat().st_mode) == 0o600
+    env = {**os.environ, "FLASHPOINT_STATE_DIR": str(tmp_path / "state")}
+    env.pop("FLASHPOINT_URL", None)
+    status = subprocess.run(
+        [sys.executable, "-m", "flashpoint", "status", "--json"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    [plane] = json.loads(status.stdout)["planes"]
+    assert plane["kind"] == "dev" and plane["url"] == served.url, plane
+    assert [endpoint["name"] for endpoint in plane["endpoints"]] == ["cpu_worker"], plane
+    served.proc.send_signal(signal.SIGINT)
+    assert served.proc.wait(30) == 130  # stopped by ctrl+c, as a shell reports it
+    assert not announcement.exists()
 
 
 def served_file(tmp_path: Path) -> Path:

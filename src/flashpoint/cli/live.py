@@ -27,7 +27,7 @@ from flashpoint.errors import ConfigError, Error, NotFoundError
 TIMEOUT_S = 5.0
 
 #: what ``kind`` says: a script's embedded plane, a ``flashpoint serve`` process, a server named with ``--url``
-SCRIPT, SERVER, URL = "script", "server", "url"
+SCRIPT, SERVER, DEV, URL = "script", "server", "dev", "url"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class LivePlane:
     url: str
     key: str | None
     file: Path | None = None
-    #: ``SCRIPT``, ``SERVER`` or ``URL``
+    #: ``SCRIPT``, ``SERVER`` (``flashpoint serve``), ``DEV`` (``flashpoint dev``) or ``URL``
     kind: str = SCRIPT
     #: the app a server serves (``flashpoint serve APP``)
     app: str | None = None
@@ -148,7 +148,7 @@ def _read(path: Path) -> LivePlane:
         url=str(data["url"]),
         key=str(key) if key else None,
         file=path,
-        kind=SERVER if kind == SERVER else SCRIPT,
+        kind=kind if kind in (SERVER, DEV) else SCRIPT,
         app=str(app) if isinstance(app, str) else None,
     )
 
@@ -195,9 +195,10 @@ def describe(plane: LivePlane) -> str:
     """Where an answer came from, as the commands print it."""
     if plane.kind == URL:
         return f"flashpoint server at {plane.url}"
-    if plane.kind == SERVER:
+    if plane.kind in (SERVER, DEV):
         app = f" {plane.app}" if plane.app else ""
-        return f"flashpoint serve{app} (pid {plane.pid}, {plane.url})"
+        verb = "serve" if plane.kind == SERVER else "dev"
+        return f"flashpoint {verb}{app} (pid {plane.pid}, {plane.url})"
     return f"flashpoint process {plane.pid} ({plane.url})"
 
 
