@@ -1,7 +1,8 @@
 """A script for the Ray backend's code-shipping test (``tests/ray/test_shipping.py``), run as ``__main__``.
 
-Its functions are cloudpickled by value (they live in ``__main__``), the app module beside it is imported by path;
-the test runs it from a folder the Ray nodes cannot see, so both must reach the worker through Ray. Arguments: the
+Its functions are cloudpickled by value (they live in ``__main__``) and use a module of their own folder
+(``ray_shipped_helper``) by reference; the app module is imported by path. The test runs it from a folder the Ray
+nodes cannot see, so all of them must reach the worker through Ray. Arguments: the
 app module's folder and the hidden folder. Prints one JSON line: each job's status, output and error.
 """
 
@@ -19,6 +20,7 @@ APP_DIR, HIDDEN = sys.argv[1], sys.argv[2]
 sys.path.insert(0, APP_DIR)
 
 import ray_shipped_app  # noqa: E402  (from the folder above, as an app's own module)
+import ray_shipped_helper  # noqa: E402  (beside this script)
 
 
 def report(hidden: str) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def report(hidden: str) -> dict[str, Any]:
 
 @Endpoint(name="ray-script", gpu=GpuType.NVIDIA_H200)
 async def from_script(hidden: str) -> dict[str, Any]:
-    return report(hidden)
+    return {**report(hidden), "helper_file": ray_shipped_helper.where()}
 
 
 @Endpoint(name="ray-six", gpu=GpuType.NVIDIA_H200, dependencies=["six==1.15.0"])

@@ -11,6 +11,7 @@ import site
 import stat
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,14 @@ import pytest
 from flashpoint.backends import rayship
 from flashpoint.backends.local import LocalBackend
 from flashpoint.backends.ray import RayBackend
-from flashpoint.backends.rayship import EnvironmentSetupError, import_root, installer_error, pack, unpack
+from flashpoint.backends.rayship import (
+    EnvironmentSetupError,
+    import_root,
+    installer_error,
+    pack,
+    script_root,
+    unpack,
+)
 from flashpoint.errors import BackendError
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -74,6 +82,63 @@ def test_a_pickled_target_ships_its_bytes_and_nothing_else(tmp_path: Path) -> No
     assert shipment.env == {"PYTHONPATH": "/a:/b"}  # nothing to rewrite
 
 
+def recording_upload(uri: str) -> tuple[list[str], Callable[[str], str]]:
+    """An ``upload`` for ``pack`` that records the folders it was given and answers ``uri``."""
+    uploaded: list[str] = []
+
+    def upload(directory: str) -> str:
+        uploaded.append(directory)
+        return uri
+
+    return uploaded, upload
+
+
+def script(file: str | None, spec_name: str | None = None) -> types.ModuleType:
+    made = module(file)
+    made.__spec__ = None if spec_name is None else types.SimpleNamespace(name=spec_name)  # type: ignore[assignment]
+    return made
+
+
+def test_a_pickled_target_ships_its_scripts_folder_when_the_script_imported_modules_from_it(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    uploaded, upload = recording_upload("gcs://_ray_pkg_script.zip")
+    code = tmp_path / "code.pkl"
+    code.write_bytes(b"pickled bytes")
+    modules = {"__main__": script(str(folder / "main.py")), "helpers": module(str(folder / "helpers.py"))}
+    env = {"PYTHONPATH": os.pathsep.join([str(folder), "/elsewhere"])}
+    argv = [PY, "-m", "flashpoint.worker", "--pickle", str(code)]
+    shipment = pack(argv, env, setup_timeout_s=60, upload=upload, modules=modules)
+    assert uploaded == [str(folder.resolve())]
+    assert shipment.code == b"pickled bytes" and shipment.app_root == str(folder.resolve())
+    assert shipment.runtime_env == {"working_dir": "gcs://_ray_pkg_script.zip", "config": {"setup_timeout_seconds": 60}}
+    assert shipment.env["PYTHONPATH"] == "/elsewhere"  # the actor puts its working directory in front
+    # ship_code=False: nothing is uploaded
+    assert pack(argv, env, setup_timeout_s=60, upload=None, modules=modules).runtime_env is None
+
+
+@pytest.mark.parametrize(
+    ("case", "modules", "expected"),
+    [
+        ("a helper beside the script", {"__main__": "p/main.py", "helpers": "p/helpers.py"}, "p"),
+        ("a package beside the script", {"__main__": "p/main.py", "tools": "p/tools/__init__.py"}, "p"),
+        ("a module of a package beside it", {"__main__": "p/main.py", "tools.io": "p/tools/io.py"}, "p"),
+        ("nothing imported from the folder", {"__main__": "p/main.py", "other": "q/other.py"}, None),
+        ("a module below the folder on a path of its own", {"__main__": "p/main.py", "io": "p/lib/io.py"}, None),
+        ("no script file (python -c, a notebook)", {"__main__": None, "helpers": "p/helpers.py"}, None),
+        ("python -m pkg.tool: the root is above pkg", {"__main__": "p/pkg/tool.py", "pkg": "p/pkg/__init__.py"}, "p"),
+    ],
+)
+def test_script_root(tmp_path: Path, case: str, modules: dict[str, str | None], expected: str | None) -> None:
+    def file(relative: str | None) -> str | None:
+        return None if relative is None else str(tmp_path / relative)
+
+    main = modules["__main__"]
+    spec_name = "pkg.tool" if main is not None and main.endswith("pkg/tool.py") else None
+    loaded = {name: module(file(path)) for name, path in modules.items() if name != "__main__"}
+    loaded["__main__"] = script(file(main), spec_name)
+    assert script_root(loaded) == (None if expected is None else str((tmp_path / expected).resolve())), case
+
+
 def test_an_unreadable_code_file_is_a_backend_error(tmp_path: Path) -> None:
     argv = [PY, "-m", "flashpoint.worker", "--pickle", str(tmp_path / "missing.pkl")]
     with pytest.raises(BackendError, match="cannot read the endpoint's code file"):
@@ -82,12 +147,7 @@ def test_an_unreadable_code_file_is_a_backend_error(tmp_path: Path) -> None:
 
 def test_an_app_module_ships_its_folder_as_the_working_dir(tmp_path: Path) -> None:
     app = tmp_path / "apps"
-    uploaded: list[str] = []
-
-    def upload(directory: str) -> str:
-        uploaded.append(directory)
-        return "gcs://_ray_pkg_0123.zip"
-
+    uploaded, upload = recording_upload("gcs://_ray_pkg_0123.zip")
     modules = {"app": module(str(app / "app.py"))}
     env = {"PYTHONPATH": os.pathsep.join([str(app), "/elsewhere"])}
     argv = [PY, "-m", "flashpoint.worker", "--routes", "--import", "app:serve"]

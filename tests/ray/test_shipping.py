@@ -4,8 +4,9 @@ its code and its environment through Ray.
 A real two-node local Ray cluster (a head without GPUs, a node with four simulated H200s) runs in a mount namespace
 where a tmpfs covers the test's ``hidden`` folder: the app module, the script and the plane's code files live there,
 so no Ray process (and no worker) can read them. The plane runs outside, in a script of its own
-(``tests/apps/ray_shipped_script.py``): a function pickled from that script, an app module imported by path, an
-endpoint with ``dependencies=["six==1.15.0"]`` (the host has another six) and one whose requirement does not exist.
+(``tests/apps/ray_shipped_script.py``): a function pickled from that script using a module beside it, an app module
+imported by path, an endpoint with ``dependencies=["six==1.15.0"]`` (the host has another six) and one whose
+requirement does not exist.
 Where ``unshare`` is refused (no user namespaces), the cluster runs unhidden and only what the workers report (their
 code file, folder and interpreter are Ray's, not the plane's) is checked.
 """
@@ -120,6 +121,7 @@ def test_code_and_environment_reach_a_node_that_cannot_see_the_app(hidden_cluste
     cluster, hidden = hidden_cluster
     shutil.copy(APPS / "ray_shipped_app.py", hidden / "app")
     shutil.copy(APPS / "ray_shipped_script.py", hidden / "script")
+    shutil.copy(APPS / "ray_shipped_helper.py", hidden / "script")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FLASHPOINT_"))}
     env.update(
         FLASHPOINT_BACKEND="ray",
@@ -152,6 +154,9 @@ def test_code_and_environment_reach_a_node_that_cannot_see_the_app(hidden_cluste
         "flashpoint-code-"
     )
     assert out["hidden_visible"] is not cluster.hidden
+    # the module beside the script, which the pickled function uses by reference, came as the working_dir
+    assert out["cwd"] != str(hidden / "script") and "working_dir_files" in out["cwd"]
+    assert out["helper_file"] == os.path.join(out["cwd"], "ray_shipped_helper.py")
 
     # (b) an app module imported by path: its folder came as the actor's working_dir, which the worker runs in
     app = jobs["app"]

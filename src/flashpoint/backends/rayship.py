@@ -2,7 +2,9 @@
 
 An endpoint's ``dependencies`` become the actor's ``pip`` runtime_env (Ray builds it on the node); a pickled target's
 bytes travel as an argument of the actor's ``start``; an app module's import root travels as the actor's
-``working_dir`` (a package the plane uploads to the cluster). A user's command is the node's own and travels as it is.
+``working_dir`` (a package the plane uploads to the cluster), and so does a script's folder when the script imported
+modules of its own from it (its pickled functions use them by reference). A user's command is the node's own and
+travels as it is.
 
 Plane side: :func:`pack` (pure, given the upload function) says what a launch ships. Node side, inside the actor:
 :func:`unpack` writes the code where the worker reads it and rewrites its command and import path. Ray itself is
@@ -32,6 +34,7 @@ __all__ = [
     "import_root",
     "installer_error",
     "pack",
+    "script_root",
     "unpack",
 ]
 
@@ -138,6 +141,32 @@ def import_root(module_name: str, modules: Mapping[str, Any] | None = None) -> s
     return str(root)
 
 
+def script_root(modules: Mapping[str, Any] | None = None) -> str | None:
+    """The script's folder (``__main__``'s import root), when the script imported modules of its own from there.
+
+    A pickled target holds the script's functions by value but what they use from those modules (``from helpers
+    import tokenize``) by reference, so the node must import them: the folder travels as the working directory, as an
+    app module's does. None when the script imported nothing from its folder (nothing to ship), or has no file or an
+    unshippable folder (``import_root``).
+    """
+    loaded = dict(sys.modules if modules is None else modules)
+    main = loaded.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None) or "__main__"  # `python -m pkg.tool`: the import root is above pkg
+    loaded[name] = main
+    root = import_root(name, loaded)
+    if root is None:
+        return None
+    inside = root + os.sep
+    for other, module in loaded.items():
+        file = getattr(module, "__file__", None)
+        if module is main or not isinstance(file, str) or not os.path.realpath(file).startswith(inside):
+            continue
+        if import_root(other, loaded) == root:  # imported from that folder (not a data file's module elsewhere)
+            return root
+    return None
+
+
 def _site_dirs() -> list[Path]:
     dirs = set(site.getsitepackages())
     if site.ENABLE_USER_SITE:
@@ -193,6 +222,8 @@ def pack(
     target = _value_after(argv, "--import")
     if target is not None and upload is not None:
         root = import_root(target.partition(":")[0], modules)
+    elif pickle_file is not None and upload is not None:
+        root = script_root(modules)
     runtime_env: dict[str, Any] = {}
     if requirements:
         runtime_env["pip"] = {"packages": list(requirements)}
