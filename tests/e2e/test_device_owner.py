@@ -166,3 +166,49 @@ async def test_a_server_waits_busy_for_the_device_a_script_holds_and_runs_once_t
     # Then its lease is gone with it, and the server's job runs
     done = until(lambda: (s := _status(served, job_id))["status"] == "COMPLETED" and s, 30, "the server's job to run")
     assert isinstance(done["output"], int)
+
+
+#: an endpoint whose idle worker stays warm for ten minutes
+WARM_APP = textwrap.dedent(
+    """
+    import os
+
+    from flashpoint import Endpoint, GpuType
+
+    @Endpoint(name="warm", gpu=GpuType.NVIDIA_H200, idle_timeout=600)
+    async def warm(n: int) -> int:
+        return os.getpid()
+    """
+)
+
+
+async def test_a_servers_idle_worker_gives_the_device_to_a_script_waiting_for_it_at_once(
+    serve: Callable[..., Served], make_embedded: Callable[..., Any], tmp_path: Path
+) -> None:
+    # Given `flashpoint serve` whose worker ran a job and stays warm, idle, on the one simulated H200
+    app = tmp_path / "warm_app.py"
+    app.write_text(WARM_APP)
+    served = serve(app=str(app), env=FLEET)
+    response = httpx.post(
+        f"{served.url}/v2/warm/runsync", json={"input": {"n": 1}}, headers=served.headers, timeout=60
+    )  # fmt: skip
+    assert response.json()["status"] == "COMPLETED", response.text
+    served_worker = response.json()["output"]
+    (row,) = native(served, "/fleet")["devices"]
+    assert row["worker"], row  # its idle worker holds the device
+
+    # When a script (this process's embedded server, declaring the same fleet) calls an H200 endpoint
+    make_embedded("NVIDIA_H200:1")
+
+    @Endpoint(name="mine", gpu=GpuType.NVIDIA_H200)
+    async def mine(data: dict[str, Any]) -> int:
+        return os.getpid()
+
+    job = await mine.run({})
+
+    # Then the server's idle worker yields the device well before its idle_timeout of 600 s, and the script's job
+    # runs on it (the job's own bound is 60 s)
+    ran_on = await job.result(timeout=60)
+    assert isinstance(ran_on, int) and ran_on != served_worker
+    placement = job.view.placement
+    assert placement is not None and placement.gpu_model == "NVIDIA H200"

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from flashpoint import GpuType
 from flashpoint.explain import Code
 from flashpoint.fleetspec import parse_fleet
 from flashpoint.jobs import JobStatus
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity
+from flashpoint.scheduler.records import Worker
 from tests.scheduler.door import BASE_URL, DOOR_HOST, Door, open_door
 from tests.scheduler.test_leases_holder import end_holder, start_holder
 
@@ -179,3 +181,83 @@ async def test_two_planes_of_one_process_never_share_a_device(tmp_path: Path) ->
     await first.plane.close()
     await second.step(0.5)
     assert len(second.workers("b")) == 1
+
+
+async def idle_holder(door: Door, **options: Any) -> Worker:
+    """An endpoint "a" of ``door`` whose one worker ran a job and is now idle on the fleet's H200."""
+    door.endpoint(name="a", gpu=GpuType.NVIDIA_H200, idle_timeout=600, **options)
+    job = door.submit("a")
+    await door.settle()
+    worker = door.worker("a")
+    await door.pull(worker)
+    await door.finish(worker, job.id)
+    return worker
+
+
+async def test_an_idle_worker_yields_its_device_at_once_to_another_process_waiting_for_it(tmp_path: Path) -> None:
+    # Given the first plane's idle worker on the one H200 (idle_timeout 600 s, above its minimum of 0)
+    fleet = "node-a=NVIDIA_H200:1"
+    (name,) = names(fleet)
+    first, second = await door_on(fleet, tmp_path), await door_on(fleet, tmp_path)
+    idle = await idle_holder(first)
+    # When the second plane gets a job for an H200
+    second.endpoint(name="b", gpu=GpuType.NVIDIA_H200)
+    second.submit("b")
+    await second.settle()
+    assert second.workers("b") == [] and second.reasons("b") == {"busy"}
+    # Then at its next lease recheck it marks the device for "b"
+    await second.step(0.5)
+    assert second.plane.wants.marked() == (name,)
+    # and at the first plane's next recheck the idle worker yields it, not after its idle_timeout
+    await first.step(0.5)
+    assert first.backend.stopped == [idle.id] and first.plane.leases.held() == ()
+    assert first.plane.wanted_elsewhere == {}  # the device is no longer this plane's: nobody waits for it here
+    # and the second plane places its worker there at its next recheck, and withdraws its mark
+    await second.step(0.5)
+    assert [w.devices for w in second.workers("b")] == [idle.devices]
+    assert second.plane.wants.marked() == () and second.plane.leases.held() == (name,)
+
+
+async def test_a_worker_at_its_minimum_or_busy_does_not_yield_to_another_process(tmp_path: Path) -> None:
+    fleet = "node-a=NVIDIA_H200:2"
+    first, second = await door_on(fleet, tmp_path), await door_on(fleet, tmp_path)
+    # Given the first plane's two H200s: one held by a worker at its endpoint's minimum, one by a busy worker
+    first.endpoint(name="warm", gpu=GpuType.NVIDIA_H200, workers=(1, 1))
+    first.endpoint(name="busy", gpu=GpuType.NVIDIA_H200)
+    first.submit("busy")
+    await first.settle()
+    await first.pull(first.worker("busy"))
+    await first.pull(first.worker("warm"), count=0)
+    # When the second plane waits for an H200 and marks both
+    second.endpoint(name="b", gpu=GpuType.NVIDIA_H200)
+    second.submit("b")
+    await second.settle()
+    await second.step(0.5)
+    assert len(second.plane.wants.marked()) == 2
+    # Then the first plane hears of it, and stops neither
+    await first.step(0.5)
+    assert len(first.plane.wanted_elsewhere) == 2
+    assert first.backend.stopped == [] and len(first.plane.leases.held()) == 2
+    await second.step(0.5)
+    assert second.workers("b") == []
+
+
+async def test_a_plane_that_stops_waiting_withdraws_its_marks(tmp_path: Path) -> None:
+    fleet = "node-a=NVIDIA_H200:1"
+    first, second = await door_on(fleet, tmp_path), await door_on(fleet, tmp_path)
+    first.endpoint(name="busy", gpu=GpuType.NVIDIA_H200)
+    first.submit("busy")
+    await first.settle()
+    await first.pull(first.worker("busy"))
+    second.endpoint(name="b", gpu=GpuType.NVIDIA_H200)
+    job = second.submit("b")
+    await second.settle()
+    await second.step(0.5)
+    assert len(second.plane.wants.marked()) == 1
+    second.plane.cancel(job.id)  # nothing waits any more
+    # marks follow the reasons of the last reconcile, which the tick runs after the recheck: withdrawn one recheck on
+    await second.step(0.5)
+    await second.step(0.5)
+    assert second.plane.wants.marked() == () and list(tmp_path.glob("*.want-*")) == []
+    await first.step(0.5)
+    assert first.plane.wanted_elsewhere == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flashpoint import Endpoint, GpuType
+from flashpoint.explain import OtherProcess
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Holder, Node
 from flashpoint.scheduler.nodes import CpuSlot
@@ -13,6 +14,7 @@ from flashpoint.scheduler.placement import CpuFit
 from flashpoint.scheduler.planner import desired, idle_stops, plan, yieldable
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import ServerlessScalerType, WorkerTarget
+from tests.scheduler.test_leases import device
 
 QD, RC = ServerlessScalerType.QUEUE_DELAY, ServerlessScalerType.REQUEST_COUNT
 WALL = 10_000.0
@@ -118,3 +120,31 @@ def test_a_plan_of_cpu_starts_and_reclaims_leaves_the_node_ledger_as_it_came() -
     # and the ledger holds what it held before: the trial reservation is gone
     assert index.nodes.slots() == before
     index.verify()
+
+
+@pytest.mark.parametrize(
+    ("case", "minimum", "state", "jobs", "queued", "wanted_device", "reclaimed"),
+    [
+        ("idle, above its minimum, on a wanted device: yields", 0, IDLE, 0, 0, 0, True),
+        ("at its minimum: stays", 1, IDLE, 0, 0, 0, False),
+        ("running a job: stays", 0, RUN, 1, 0, 0, False),
+        ("its endpoint has jobs queued: stays", 0, IDLE, 0, 1, 0, False),
+        ("another device is wanted: stays", 0, IDLE, 0, 0, 1, False),
+    ],
+)
+def test_an_idle_worker_yields_a_device_another_process_wants(
+    case: str, minimum: int, state: WorkerState, jobs: int, queued: int, wanted_device: int, reclaimed: bool
+) -> None:
+    first, second = device(index=0), device(index=1)
+    index = FleetIndex([first, second])
+    ep = endpoint(queued, [(state, jobs)], workers=(minimum, 2))
+    worker = ep.workers["w0"]
+    worker.devices = (first,)
+    index.hold((first,), Holder("w0", "e"))
+    other = OtherProcess(4242, "script", "python job.py", "http://127.0.0.1:9", "infer")
+    wanted = {(first, second)[wanted_device].key: other}
+
+    result = plan({"e": ep}, index, now=0.0, wall=WALL, oldest={"e": WALL} if queued else {}, wanted=wanted)
+
+    expected = [("w0", f"endpoint infer of {other.label}")] if reclaimed else []
+    assert [(r.worker_id, r.for_endpoint) for r in result.reclaims] == expected, case

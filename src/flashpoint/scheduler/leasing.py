@@ -8,6 +8,10 @@ back to placement at once.
 
 Only the plane's own worker starts take leases, and only for devices that have an ``identity`` (real GPUs of this
 machine, simulated devices of a declared fleet); a Ray cluster's devices have none: Ray accounts for them.
+
+At the same recheck the plane marks the devices another process holds that one of its waiting endpoints asks for
+(``scheduler/wants.py``), and reads the marks on the devices it holds itself: ``wanted_elsewhere`` goes to the
+planner, which stops idle workers above their minimum there, as it does for its own waiting endpoints.
 """
 
 from __future__ import annotations
@@ -17,9 +21,13 @@ import sys
 from abc import ABC, abstractmethod
 
 from flashpoint.clock import Clock
+from flashpoint.explain import Code, OtherProcess
+from flashpoint.gpus import ANY_GPU, describe
 from flashpoint.scheduler.index import FleetIndex
+from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, process_kind
-from flashpoint.scheduler.records import Worker
+from flashpoint.scheduler.records import EndpointState, Worker
+from flashpoint.scheduler.wants import WantMarks
 
 log = logging.getLogger("flashpoint.plane")
 
@@ -36,6 +44,12 @@ class DeviceLeasing(ABC):
     leases: DeviceLeases
     #: when the devices other processes hold are next asked about (monotonic)
     _next_lease_check: float
+    #: this plane's marks on devices other processes hold, and the reader of theirs on its own
+    wants: WantMarks
+    #: the devices this plane holds that another process waits for, with that process (``Device.key`` ->)
+    wanted_elsewhere: dict[tuple[str, int], OtherProcess]
+    endpoints: dict[str, EndpointState]
+    workers: dict[str, Worker]
 
     @abstractmethod
     def kick(self) -> None: ...
@@ -45,6 +59,8 @@ class DeviceLeasing(ABC):
         what its command line says (``process_kind``), reachable at ``url``."""
         self.leases = leases or DeviceLeases(Owner.this_process(process_kind(sys.argv, server), url))
         self._next_lease_check = 0.0
+        self.wants = WantMarks(self.leases.owner, self.leases.root)
+        self.wanted_elsewhere = {}
 
     def _take_leases(self, worker: Worker) -> bool:
         """Take the leases of the worker's devices. False (and none taken) when another process holds one: that
@@ -74,19 +90,27 @@ class DeviceLeasing(ABC):
         return True
 
     def _release_leases(self, worker: Worker) -> None:
-        """The worker is gone: its devices' leases go back."""
+        """The worker is gone: its devices' leases go back (and whoever waited for them elsewhere is no longer this
+        plane's business)."""
         for device in worker.devices:
             name = identity(device)
             if name is not None:
                 self.leases.release(name)
+                self.wanted_elsewhere.pop(device.key, None)
 
     def _recheck_leases(self, now: float) -> None:
         """Every ``LEASE_RECHECK_S``, ask who holds the devices other processes held: one given up (or whose holder
-        died) goes back to placement; one held by yet another holder is named anew."""
-        foreign = self.index.foreign()
-        if not foreign or now < self._next_lease_check:
+        died) goes back to placement; one held by yet another holder is named anew. Then exchange want marks."""
+        if now < self._next_lease_check or (
+            not self.leases.held() and not self.index.foreign() and not self.wants.marked()
+        ):
             return
         self._next_lease_check = now + LEASE_RECHECK_S
+        self._recheck_foreign()
+        self._exchange_wants()
+
+    def _recheck_foreign(self) -> None:
+        foreign = self.index.foreign()
         freed = False
         for device, held_by in foreign:
             name = identity(device)
@@ -108,6 +132,41 @@ class DeviceLeasing(ABC):
         if freed:
             self.kick()
 
+    def _exchange_wants(self) -> None:
+        """Mark the devices other processes hold that a waiting endpoint of this plane asks for; read the marks on
+        the devices this plane holds, and plan again when someone newly waits for one."""
+        wanted: dict[str, tuple[Device, str]] = {}
+        for device, process in self.index.foreign():
+            name = identity(device)
+            endpoint = self._waiting_for(device, process)
+            if name is not None and endpoint is not None:
+                wanted[name] = (device, endpoint)
+        self.wants.mark(wanted)
+        held = set(self.leases.held())
+        mine = {n: d for w in self.workers.values() for d in w.devices if (n := identity(d)) is not None and n in held}
+        found = {mine[name].key: process for name, process in self.wants.wanters(mine).items()}
+        if found != self.wanted_elsewhere:
+            for key in found.keys() - self.wanted_elsewhere.keys():
+                log.info("device %d of %s is wanted by %s", key[1], key[0], found[key].label)
+            self.wanted_elsewhere = found
+            if found:
+                self.kick()
+
+    def _waiting_for(self, device: Device, process: OtherProcess) -> str | None:
+        """The endpoint of this plane that waits for ``device``, which ``process`` holds: one whose busy reason for
+        the device's model (or for any GPU) names that process; None when no endpoint does."""
+        anything = describe(ANY_GPU)
+        for ep in self.endpoints.values():
+            for reason in ep.waiting:
+                if (
+                    reason.code is Code.BUSY
+                    and process in reason.processes
+                    and reason.candidate in (device.model_name, anything)
+                ):
+                    return ep.spec.name
+        return None
+
     def _close_leases(self) -> None:
-        """The plane closed: every lease it still holds goes back."""
+        """The plane closed: every lease it still holds goes back, and every mark it made is withdrawn."""
+        self.wants.close()
         self.leases.close()

@@ -458,6 +458,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             now=self.clock.monotonic(),
             wall=self.clock.time(),
             oldest=oldest,
+            wanted=self.wanted_elsewhere,
         )
 
     def reconcile(self) -> None:

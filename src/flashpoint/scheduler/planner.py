@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from flashpoint.explain import Code, WaitReason
+from flashpoint.explain import Code, OtherProcess, WaitReason
 from flashpoint.gpus import describe
 from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
 from flashpoint.scheduler.index import FleetIndex
@@ -38,7 +38,8 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:
-    """Stop idle worker ``worker_id`` (of ``endpoint``): ``for_endpoint`` waits for its devices."""
+    """Stop idle worker ``worker_id`` (of ``endpoint``): ``for_endpoint`` waits for its devices (an endpoint of this
+    plane, or, in words, one of another process: ``endpoint infer of another flashpoint process ...``)."""
 
     worker_id: str
     endpoint: str
@@ -107,11 +108,14 @@ def plan(
     now: float,
     wall: float,
     oldest: Mapping[str, float],
+    wanted: Mapping[tuple[str, int], OtherProcess] | None = None,
 ) -> Plan:
     """The starts and reclaims that give endpoints the workers they want, and the reasons for what they lack.
 
     ``now`` is monotonic (start back-off), ``wall`` is epoch time and ``oldest[name]`` the wall time the endpoint's
-    oldest queued job was queued (the scaler's clock and the serving order).
+    oldest queued job was queued (the scaler's clock and the serving order). ``wanted`` are devices (by key) another
+    flashpoint process waits for (``scheduler/wants.py``): an idle worker above its minimum on one of them yields it,
+    once this plane's own endpoints have been served.
     """
     # one pass over the workers: each endpoint's live ones, and those that could yield now (named once per plan,
     # so placement looks at their devices only)
@@ -140,6 +144,8 @@ def plan(
     try:
         for ep in serving_order(endpoints.values(), oldest):
             waiting[ep.spec.name] = _plan_endpoint(ep, p)
+        if wanted:
+            _yield_elsewhere(endpoints, wanted, p)
     finally:
         for fit in p.planned:  # the index comes back as it came
             index.release(fit.devices)
@@ -165,6 +171,25 @@ class _Pass:
     planned: list[Fit]
     #: the holders of the CPU slots planned (one each: a holder reserves one slot)
     planned_cpus: list[Holder]
+
+
+def _yield_elsewhere(
+    endpoints: Mapping[str, EndpointState], wanted: Mapping[tuple[str, int], OtherProcess], p: _Pass
+) -> None:
+    """Reclaim the idle workers (above their endpoint's minimum, not reclaimed already) that hold a device another
+    process waits for."""
+    for name, found in p.live_of.items():
+        ep = endpoints[name]
+        for worker in found:
+            if worker.id in p.reclaimed or not yieldable(worker, ep, p.live[name]):
+                continue
+            process = next((wanted[d.key] for d in worker.devices if d.key in wanted), None)
+            if process is None:
+                continue
+            p.reclaimed.add(worker.id)
+            p.live[name] -= 1
+            who = f"endpoint {process.endpoint} of {process.label}" if process.endpoint else process.label
+            p.reclaims.append(Reclaim(worker.id, name, who))
 
 
 def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:

@@ -1,0 +1,99 @@
+"""Want marks (scheduler/wants.py): a plane waiting for a device another process holds marks it; the holder reads
+the marks on its devices. Real files in a temporary lease directory; the other process is a real child where its
+pid must be alive, or this process (another plane of it) where the test needs to steer both sides."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from flashpoint.scheduler.leases import Owner, prepare
+from flashpoint.scheduler.wants import FRESH_S, WantMarks
+from tests.scheduler.test_leases import device
+
+DEVICE = device()
+NAME = "sim-node-a-NVIDIA_H200-0-0123456789ab"
+
+
+def plane(root: Path, pid: int | None = None, kind: str = "script") -> WantMarks:
+    """The marks of a plane of process ``pid`` (this one by default)."""
+    prepare(root, shared=False)
+    return WantMarks(Owner(pid or os.getpid(), 1.0, kind, f"{kind} app.py", "http://127.0.0.1:9"), root)
+
+
+def test_a_mark_names_the_wanter_and_its_endpoint_and_is_withdrawn_when_no_longer_wanted(tmp_path: Path) -> None:
+    wanter, holder = plane(tmp_path), plane(tmp_path, kind="flashpoint serve")
+    wanter.mark({NAME: (DEVICE, "mine")})
+    (path,) = tmp_path.glob(f"{NAME}.want-*")
+    assert (
+        path.name == f"{NAME}.want-{os.getpid()}-{wanter.token}" and json.loads(path.read_text())["endpoint"] == "mine"
+    )
+    (found,) = holder.wanters({NAME}).values()
+    assert (found.pid, found.endpoint, found.kind, found.same_process) == (os.getpid(), "mine", "script", True)
+    # a plane never reads its own marks, nor marks on devices it does not name
+    assert wanter.wanters({NAME}) == {} and holder.wanters({"another-device"}) == {}
+    wanter.mark({})
+    assert list(tmp_path.glob("*.want-*")) == [] and holder.wanters({NAME}) == {} and wanter.marked() == ()
+
+
+def test_a_kept_mark_is_refreshed_and_a_stale_one_is_read_as_withdrawn(tmp_path: Path) -> None:
+    wanter, holder = plane(tmp_path), plane(tmp_path)
+    wanter.mark({NAME: (DEVICE, "mine")})
+    (path,) = tmp_path.glob(f"{NAME}.want-*")
+    old = time.time() - FRESH_S - 1
+    os.utime(path, (old, old))
+    assert holder.wanters({NAME}) == {}  # not refreshed for FRESH_S: withdrawn
+    wanter.mark({NAME: (DEVICE, "mine")})  # the next recheck refreshes it
+    assert path.stat().st_mtime > old + 1 and set(holder.wanters({NAME})) == {NAME}
+
+
+def test_marks_go_when_the_plane_closes(tmp_path: Path) -> None:
+    wanter = plane(tmp_path)
+    wanter.mark({NAME: (DEVICE, "mine"), "other": (DEVICE, "mine")})
+    assert len(list(tmp_path.glob("*.want-*"))) == 2
+    wanter.close()
+    assert list(tmp_path.glob("*.want-*")) == []
+
+
+def test_a_mark_of_a_dead_process_is_nobody_and_is_removed(tmp_path: Path) -> None:
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = plane(tmp_path, pid=int(finished.stdout))
+    dead.mark({NAME: (DEVICE, "gone")})
+    dead._marks.clear()  # as if the process died without withdrawing it
+    assert plane(tmp_path).wanters({NAME}) == {}
+    assert list(tmp_path.glob("*.want-*")) == []
+
+
+def test_a_mark_of_a_live_child_process_is_read(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        theirs = plane(tmp_path, pid=child.pid)  # (held: a plane's marks go when it is collected)
+        theirs.mark({NAME: (DEVICE, "theirs")})
+        (found,) = plane(tmp_path).wanters({NAME}).values()
+        assert (found.pid, found.endpoint, found.same_process) == (child.pid, "theirs", False)
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(30)
+
+
+def test_what_is_not_a_mark_is_ignored(tmp_path: Path) -> None:
+    holder = plane(tmp_path)
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"pid": os.getpid(), "endpoint": "link"}))
+    (tmp_path / f"{NAME}.want-{os.getpid()}-link").symlink_to(outside)  # a link is never followed
+    (tmp_path / f"{NAME}.want-{os.getpid()}-dir").mkdir()  # not a file
+    (tmp_path / f"{NAME}.want-notapid-x").write_text("{}")
+    (tmp_path / f"{NAME}.want-0-x").write_text(json.dumps({"pid": 0}))
+    (tmp_path / f"{NAME}.want-{os.getpid()}-torn").write_text('{"pid": ')  # half written: nobody yet
+    assert holder.wanters({NAME}) == {}
+
+
+def test_a_directory_that_cannot_be_used_makes_marks_a_no_op(tmp_path: Path) -> None:
+    wanter = WantMarks(Owner(os.getpid(), 1.0, "script", "", ""), tmp_path / "missing")
+    wanter.mark({NAME: (DEVICE, "mine")})
+    assert wanter.marked() == () and wanter.wanters({NAME}) == {}
