@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashpoint.config import Settings
+from flashpoint.config import Settings, env_build_timeout_s
 from flashpoint.errors import ConfigError
 
 
@@ -14,6 +14,14 @@ def test_defaults() -> None:
     assert settings.ray_address is None and settings.worker_url is None
     assert settings.ray_ready_timeout_s == 60.0
     assert settings.take_hold_s == 20.0
+    assert settings.env_build_timeout_s == 1200.0
+
+
+def test_the_environment_build_timeout() -> None:
+    assert Settings.load(env={"FLASHPOINT_ENV_BUILD_TIMEOUT_S": "90.5"}).env_build_timeout_s == 90.5
+    # read alone too, by an environment cache given no limit (the plane's default cache)
+    assert env_build_timeout_s({"FLASHPOINT_ENV_BUILD_TIMEOUT_S": "3600"}) == 3600.0
+    assert env_build_timeout_s({}) == 1200.0
 
 
 def test_ray_settings() -> None:
@@ -38,6 +46,10 @@ def test_ray_settings() -> None:
         ("FLASHPOINT_WORKER_URL", "10.0.0.5:8000", "must be an http:// URL"),
         ("FLASHPOINT_RAY_READY_TIMEOUT_S", "soon", "must be a number of seconds"),
         ("FLASHPOINT_TAKE_HOLD_S", "200", "between 0 and 90"),
+        ("FLASHPOINT_ENV_BUILD_TIMEOUT_S", "twenty minutes", "must be a number of seconds, e.g. 1200"),
+        ("FLASHPOINT_ENV_BUILD_TIMEOUT_S", "-5", "must not be negative"),
+        ("FLASHPOINT_ENV_BUILD_TIMEOUT_S", "0", "more than 0, e.g. 1200"),
+        ("FLASHPOINT_ENV_BUILD_TIMEOUT_S", "nan", "more than 0"),
     ],
 )
 def test_bad_values_say_what_to_write(name: str, value: str, message: str) -> None:

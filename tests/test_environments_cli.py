@@ -93,6 +93,37 @@ def test_prune_days_all_and_failed(tmp_path: Path) -> None:
     assert f"removed {fresh}" in result.output and cache.entries() == []
 
 
+def test_list_and_prune_show_an_environment_in_use(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path)
+    now = time.time()
+    held_key = lay_out(cache, ["six==1.16.0"], last_used=now - 10 * DAY)
+    idle = lay_out(cache, ["six==1.15.0"], last_used=now - 20 * DAY)
+    held = cache.ensure(["six==1.16.0"], endpoint="a", hold=True)  # as a plane holds what its workers run in
+    assert held.key == held_key
+
+    table = runner.invoke(app, ["env", "list", "--dir", str(cache.root)])
+    assert table.exit_code == 0, table.output
+    header = next(line for line in table.output.splitlines() if "requirements" in line)
+    assert header.rstrip(" │┃|").endswith("in use")
+    assert next(line for line in table.output.splitlines() if held_key in line).rstrip(" │┃|").endswith("yes")
+    assert next(line for line in table.output.splitlines() if idle in line).rstrip(" │┃|").endswith("no")
+    assert "leaves it alone until that plane stops" in table.output
+    body = json.loads(runner.invoke(app, ["env", "list", "--dir", str(cache.root), "--json"]).output)
+    assert {e["key"]: e["in_use"] for e in body["environments"]} == {held_key: True, idle: False}
+
+    result = runner.invoke(app, ["env", "prune", "--all", "--dir", str(cache.root)])
+    assert result.exit_code == 0, result.output
+    assert f"removed {idle}" in result.output
+    assert f"kept {held_key}: in use by a running control plane" in result.output
+    assert "stop the plane that uses it" in result.output and "1 removed, 0 busy, 1 in use" in result.output
+    assert [e.key for e in cache.entries()] == [held_key]
+
+    held.release()  # the plane stopped
+    result = runner.invoke(app, ["env", "prune", "--all", "--dir", str(cache.root)])
+    assert f"removed {held_key}" in result.output and "1 removed, 0 busy, 0 in use" in result.output
+    assert cache.entries() == []
+
+
 def test_prune_without_a_choice_is_a_usage_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["env", "prune", "--dir", str(tmp_path)])
     assert result.exit_code == 2

@@ -18,6 +18,9 @@ BACKENDS = ("local", "ray")
 #: the driver CUDA version simulated devices report unless FLASHPOINT_SIMULATED_CUDA says otherwise (Flash's default
 #: min_cuda_version, so a simulated fleet passes what Flash's own default would ask)
 DEFAULT_SIMULATED_CUDA = "12.8"
+#: FLASHPOINT_ENV_BUILD_TIMEOUT_S's default: 20 minutes, room for a CUDA wheel set (torch and its nvidia-* wheels are
+#: gigabytes) on a slow link, yet a bound on an index that accepts a connection and never answers
+DEFAULT_ENV_BUILD_TIMEOUT_S = 1200.0
 #: a label value as Ray (and Kubernetes) accept it
 _LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
 
@@ -68,6 +71,10 @@ class Settings:
     #: FLASHPOINT_DASHBOARD: 0 turns the embedded server's web dashboard off (its page at ``/`` and the line on stderr
     #: that names its URL); ``flashpoint serve`` always serves it
     dashboard: bool = True
+    #: FLASHPOINT_ENV_BUILD_TIMEOUT_S: the most seconds the installation of an endpoint's ``dependencies`` may take:
+    #: a local build (all its uv steps together) is stopped and fails past it, and it is Ray's ``runtime_env`` setup
+    #: timeout on the Ray backend
+    env_build_timeout_s: float = DEFAULT_ENV_BUILD_TIMEOUT_S
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -107,7 +114,24 @@ class Settings:
             route_wait_s=_seconds(env, "FLASHPOINT_ROUTE_WAIT_S", 60.0),
             route_ready_timeout_s=_seconds(env, "FLASHPOINT_ROUTE_READY_TIMEOUT_S", 600.0),
             dashboard=_flag(env, "FLASHPOINT_DASHBOARD") if (env.get("FLASHPOINT_DASHBOARD") or "").strip() else True,
+            env_build_timeout_s=env_build_timeout_s(env),
         )
+
+
+def env_build_timeout_s(env: Mapping[str, str] | None = None) -> float:
+    """FLASHPOINT_ENV_BUILD_TIMEOUT_S from ``env`` (default: this process's environment), checked.
+
+    Also read on its own, by an environment cache made without a limit (``EnvironmentCache(build_timeout_s=None)``,
+    the plane's default cache): the plane is not handed its settings, so the variable is the one knob for both.
+    """
+    env = os.environ if env is None else env
+    value = _seconds(env, "FLASHPOINT_ENV_BUILD_TIMEOUT_S", DEFAULT_ENV_BUILD_TIMEOUT_S)
+    if not 0 < value < math.inf:  # 0 would stop every build at once; nan and inf are no limit a timer can keep
+        raise ConfigError(
+            "FLASHPOINT_ENV_BUILD_TIMEOUT_S must be a number of seconds more than 0, e.g. "
+            f"{DEFAULT_ENV_BUILD_TIMEOUT_S:g}; got {env.get('FLASHPOINT_ENV_BUILD_TIMEOUT_S')!r}"
+        )
+    return value
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -31,6 +31,8 @@ def open_backend(settings: Settings, simulated: str | None) -> tuple[Backend, di
         backend = RayBackend(
             settings.ray_address,
             ready_timeout_s=settings.ray_ready_timeout_s,
+            # one knob for both backends: a local build's time limit is Ray's runtime_env setup timeout
+            env_setup_timeout_s=settings.env_build_timeout_s,
             local_devices=local.devices if local is not None else (),
             local_node=local.nodes[0] if local is not None and local.nodes else None,
         )

@@ -1,8 +1,10 @@
 """Per-endpoint environments, the plane's side (``scheduler/envgate.py``), through the test door: a scripted
-environment source stands in for uv (its builds end when the test says), the stub backend for processes."""
+environment source stands in for uv (its builds end when the test says, or when the plane interrupts them), the stub
+backend for processes. The in-use holds it hands out are real flocks, on files in a temporary directory."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -13,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from flashpoint import Endpoint
-from flashpoint.environments import BuildFailure, Environment, EnvironmentBuildError
+from flashpoint.environments import BuildFailure, BuildInterrupted, Environment, EnvironmentBuildError, Interrupt
+from flashpoint.environments.lock import InUseHold, in_use
 from flashpoint.jobs import JobStatus, Reason
 from flashpoint.scheduler.envgate import host_satisfies
 from tests.conftest import eventually
@@ -25,13 +28,22 @@ HOST_DIR = os.path.dirname(os.path.dirname(os.__file__))  # a directory the envi
 
 
 class ScriptedSource:
-    """An environment source whose builds block until ``finish`` (or ``fail``) is called; records every call."""
+    """An environment source whose builds block until ``finish`` (or ``fail``) is called, or until the caller's
+    interrupt is set (then it raises ``BuildInterrupted``, as the cache does); records every call, the interrupt each
+    came with, and how many have returned. A hold asked for is a real ``InUseHold`` on ``<holds>/<key>.inuse``.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, holds: Path) -> None:
+        self.holds = holds
         self.calls: list[tuple[tuple[str, ...], str, bool]] = []
+        self.interrupts: list[Interrupt | None] = []
+        #: builds that returned or raised (their thread is done with them)
+        self.ended = 0
         self.failures: dict[str, BuildFailure] = {}
         self._outcome: Environment | Exception | None = None
-        self._release = threading.Event()
+        #: set by finish/fail ("done"), or through the caller's interrupt (linked): what the running build waits on
+        self._wake = Interrupt()
+        self._started = threading.Event()
 
     def key(self, requirements: Iterable[str]) -> str:
         return "k" + str(abs(hash(tuple(sorted(requirements)))) % 10**8)
@@ -43,13 +55,34 @@ class ScriptedSource:
         endpoint: str,
         on_line: Callable[[str], None] | None = None,
         retry: bool = False,
+        interrupt: Interrupt | None = None,
+        hold: bool = False,
     ) -> Environment:
-        reqs = tuple(requirements)
+        try:
+            return self._ensure(tuple(requirements), endpoint, on_line, retry, interrupt, hold)
+        finally:
+            self.ended += 1
+
+    def _ensure(
+        self,
+        reqs: tuple[str, ...],
+        endpoint: str,
+        on_line: Callable[[str], None] | None,
+        retry: bool,
+        interrupt: Interrupt | None,
+        hold: bool,
+    ) -> Environment:
+        wake = self._wake
+        self.interrupts.append(interrupt)
         self.calls.append((reqs, endpoint, retry))
+        self._started.set()
         if on_line is not None:
             on_line("Resolved 1 package in 12ms")
-        assert self._release.wait(10), "the test never finished the build"
-        self._release.clear()
+        with interrupt.linked(wake) if interrupt is not None else contextlib.nullcontext():
+            assert wake.wait(10), "the test never finished the build"
+        if wake.reason != "done":
+            raise BuildInterrupted("interrupted", key=self.key(reqs))
+        self._wake, self._started = Interrupt(), threading.Event()
         outcome, self._outcome = self._outcome, None
         if isinstance(outcome, EnvironmentBuildError):
             self.failures[outcome.key] = BuildFailure(
@@ -64,15 +97,23 @@ class ScriptedSource:
         if isinstance(outcome, Exception):
             raise outcome
         assert outcome is not None
-        return outcome
+        return dataclasses.replace(outcome, hold=InUseHold(self.hold_file(outcome.key))) if hold else outcome
 
     def failure(self, key: str) -> BuildFailure | None:
         return self.failures.get(key)
 
+    def hold_file(self, key: str) -> Path:
+        return self.holds / f"{key}.inuse"
+
+    def _end(self, outcome: Environment | Exception) -> None:
+        assert self._started.wait(10), "no build is running"
+        self._outcome = outcome
+        self._wake.set("done")
+
     def finish(self, requirements: Iterable[str]) -> Environment:
         key = self.key(requirements)
         root = Path("/envs") / key
-        self._outcome = Environment(
+        environment = Environment(
             key=key,
             path=root,
             python=root / "bin" / "python",
@@ -81,28 +122,28 @@ class ScriptedSource:
             inherited=(HOST_DIR,),
             built=True,
         )
-        self._release.set()
-        return self._outcome
+        self._end(environment)
+        return environment
 
     def fail(self, requirements: Iterable[str]) -> None:
-        self._outcome = EnvironmentBuildError(
-            "uv could not install the requirements",
-            key=self.key(requirements),
-            requirements=tuple(requirements),
-            output_tail=("error: No solution found when resolving dependencies:",),
-            returncode=1,
+        self._end(
+            EnvironmentBuildError(
+                "uv could not install the requirements",
+                key=self.key(requirements),
+                requirements=tuple(requirements),
+                output_tail=("error: No solution found when resolving dependencies:",),
+                returncode=1,
+            )
         )
-        self._release.set()
 
 
 @pytest.fixture
-async def door() -> Door:
-    source = ScriptedSource()
+async def door(tmp_path: Path) -> Door:
+    source = ScriptedSource(tmp_path)
     door = await open_door(environments=source, worker_env={"PYTHONPATH": os.pathsep.join(["/app", HOST_DIR])})
     door.source = source  # type: ignore[attr-defined]
     yield door  # type: ignore[misc]
-    source._release.set()  # a build still blocked ends (its outcome is dropped)
-    await door.plane.close()
+    await door.plane.close()  # a build still blocked is interrupted
 
 
 def source_of(door: Door) -> ScriptedSource:
@@ -177,6 +218,47 @@ async def test_new_requirements_build_a_new_environment(door: Door) -> None:
     await eventually(lambda: len(source.calls) == 2, 10, "a build for the new requirements")
     assert source.calls[1][0] == ("six==1.14.0",)
     assert door.plane.endpoints["again"].environment.state == "building"  # type: ignore[union-attr]
+
+
+async def test_closing_interrupts_a_build_in_flight_and_waits_for_it_without_failing_it(door: Door) -> None:
+    source = source_of(door)
+    door.endpoint(name="closing", gpu="NVIDIA H200", dependencies=[PIN])
+    job = door.submit("closing")
+    await door.step()
+    await eventually(lambda: source.calls, 10, "the build to begin")
+    (interrupt,) = source.interrupts
+    assert interrupt is not None and not interrupt.is_set()
+    # When the plane closes while the build runs (the test never finishes it)
+    await door.plane.close()
+    # Then the build was interrupted, and close returned only once the building thread was done with it
+    assert interrupt.is_set() and source.ended == 1
+    # and the interruption is no failure: the job ends with the plane, not environment_failed
+    status = door.plane.endpoints["closing"].environment
+    assert status is not None and status.state == "building" and status.error == ""
+    assert job.status is JobStatus.CANCELLED and job.reason is Reason.SHUTDOWN
+
+
+async def test_the_plane_holds_a_ready_environment_until_its_requirements_change_or_it_closes(door: Door) -> None:
+    source = source_of(door)
+    spec = door.endpoint(name="held", gpu="NVIDIA H200", dependencies=[PIN])
+    await door.step()
+    await eventually(lambda: source.calls, 10, "the first build")
+    first = source.finish([PIN])
+    await eventually(lambda: door.plane.endpoints["held"].environment.state == "ready", 10, "ready")  # type: ignore[union-attr]
+    assert in_use(source.hold_file(first.key))  # prune would leave it alone
+    # the requirements change: the old environment is let go, the new one held once ready
+    door.plane.redeclare(dataclasses.replace(spec, dependencies=("six==1.14.0",)), TARGET)
+    assert not in_use(source.hold_file(first.key))
+    await door.step()
+    await eventually(lambda: len(source.calls) == 2, 10, "a build for the new requirements")
+    second = source.finish(["six==1.14.0"])
+    await eventually(lambda: door.plane.endpoints["held"].environment.state == "ready", 10, "ready again")  # type: ignore[union-attr]
+    assert in_use(source.hold_file(second.key))
+    # redeclared with the same requirements: still held
+    door.plane.redeclare(dataclasses.replace(spec, dependencies=("six==1.14.0",), workers_max=2), TARGET)
+    assert in_use(source.hold_file(second.key))
+    await door.plane.close()
+    assert not in_use(source.hold_file(second.key))
 
 
 async def test_missing_system_dependencies_are_noted_with_the_command_and_told_to_workers(door: Door) -> None:

@@ -57,6 +57,7 @@ def _entry_json(entry: CacheEntry) -> dict[str, Any]:
         "created": record.created if record else None,
         "last_used": record.last_used if record else None,
         "endpoints": list(record.endpoints) if record else None,
+        "in_use": entry.in_use,
     }
 
 
@@ -94,7 +95,7 @@ def list_environments(
         out.print(f"No environments in {cache.root}.")
     else:
         table = Table(title=f"Environments in {cache.root}")
-        for column in ("key", "requirements", "python", "size", "last used", "endpoints"):
+        for column in ("key", "requirements", "python", "size", "last used", "endpoints", "in use"):
             table.add_column(column, justify="right" if column == "size" else "left")
         for entry in entries:
             record = entry.record
@@ -105,8 +106,15 @@ def list_environments(
                 _size(entry.size),
                 _ago(now - record.last_used) if record else "?",
                 ", ".join(record.endpoints) if record else "?",
+                "yes" if entry.in_use else "no",
             )
         out.print(table)
+        if any(entry.in_use for entry in entries):
+            out.print(
+                "In use: a running control plane's endpoint runs its workers there; `flashpoint env prune` leaves it "
+                "alone until that plane stops.",
+                markup=False,
+            )
     for progress in building:
         out.print(
             f"building {progress.key} for {progress.endpoint!r} (process {progress.pid}, "
@@ -136,7 +144,8 @@ def prune(
     ] = False,
     directory: DirOption = None,
 ) -> None:
-    """Remove cached environments; an environment being built right now is left alone (and named)."""
+    """Remove cached environments; one being built right now, or in use by a running plane, is left alone (and
+    named)."""
     if days is None and not everything and not failed:
         raise typer.BadParameter("say what to remove: --days N, --all or --failed")
     cache = EnvironmentCache(directory)
@@ -149,6 +158,14 @@ def prune(
     report = cache.prune(unused_for_s=None if days is None else days * 86400, everything=everything)
     for key in report.removed:
         print(f"removed {key}")
+    for key in report.in_use:
+        print(
+            f"kept {key}: in use by a running control plane (an endpoint's workers run in it); stop the plane that "
+            "uses it (its `flashpoint serve`, or the script that embeds it) and prune again"
+        )
     for key in report.busy:
-        print(f"kept {key}: it is being built (its lock is held)")
-    print(f"{len(report.removed)} removed, {len(report.busy)} busy, in {time.monotonic() - started:.1f} s")
+        print(f"kept {key}: it is being built (its lock is held); prune again once the build ends")
+    print(
+        f"{len(report.removed)} removed, {len(report.busy)} busy, {len(report.in_use)} in use, "
+        f"in {time.monotonic() - started:.1f} s"
+    )

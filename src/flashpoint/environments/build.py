@@ -6,6 +6,9 @@ interpreter relative to themselves instead of embedding the temporary path.
 
 uv is the ``uv`` PyPI package's binary (``uv.find_uv_bin()``), a dependency of flashpoint: nothing is downloaded at
 run time, neither uv nor a Python (``--no-python-downloads``).
+
+Every process a build starts runs under the build's ``Interrupt`` (``interrupt.py``): setting it kills the one running
+and keeps the next from starting, and the build then raises ``BuildStopped`` with the interrupt's reason.
 """
 
 from __future__ import annotations
@@ -18,15 +21,26 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from flashpoint.environments.interrupt import Interrupt
 from flashpoint.environments.pipconfig import UvOptions
 from flashpoint.errors import ConfigError
 
-__all__ = ["BuildFailed", "PTH_NAME", "build_environment", "env_python", "inherited_paths", "uv_binary"]
+__all__ = [
+    "BuildFailed",
+    "BuildStopped",
+    "PTH_NAME",
+    "build_environment",
+    "env_python",
+    "inherited_paths",
+    "uv_binary",
+]
 
 #: the ``.pth`` file that appends the host's site-packages after the environment's own
 PTH_NAME = "_flashpoint_host.pth"
 #: output lines kept for an error message
 _TAIL_LINES = 40
+#: seconds a check script in the new environment may run
+_CHECK_TIMEOUT_S = 120.0
 
 #: the directory the running flashpoint package is imported from (found without importing the SDK surface)
 _FLASHPOINT_HOME = Path(__file__).resolve().parents[2]
@@ -46,6 +60,16 @@ class BuildFailed(Exception):
     def __init__(self, message: str, *, returncode: int | None, tail: Sequence[str]) -> None:
         super().__init__(message)
         self.returncode = returncode
+        self.tail = tuple(tail)
+
+
+class BuildStopped(Exception):
+    """The build's ``Interrupt`` was set (``reason``: its time limit, or the caller); ``cache.py`` decides whether
+    that is a failure to record."""
+
+    def __init__(self, reason: str, *, tail: Sequence[str]) -> None:
+        super().__init__(f"the build was stopped ({reason})")
+        self.reason = reason
         self.tail = tuple(tail)
 
 
@@ -94,30 +118,45 @@ def _run(
     cwd: Path,
     on_line: Callable[[str], None],
     tail: deque[str],
+    stop: Interrupt,
 ) -> int:
-    """Run ``command``, passing each output line (stdout and stderr, merged) to ``on_line``; its exit status."""
-    with subprocess.Popen(
-        list(command),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
-        cwd=cwd,
-        text=True,
-        errors="replace",
-        bufsize=1,
-    ) as proc:
+    """Run ``command``, passing each output line (stdout and stderr, merged) to ``on_line``; its exit status. Raises
+    ``BuildStopped`` when ``stop`` is set, before or while it runs (it kills the process, which ends the read)."""
+    _stopped(stop, tail)
+    with (
+        subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        ) as proc,
+        stop.watching(proc),
+    ):
         try:
             assert proc.stdout is not None
             for raw in proc.stdout:
                 line = raw.rstrip("\r\n")[:2000]
                 tail.append(line)
                 on_line(line)
-            return proc.wait()
+            code = proc.wait()
         finally:
             if proc.poll() is None:  # on_line raised, or we were interrupted: the installer must not run unattended
                 proc.kill()
                 proc.wait()
+    _stopped(stop, tail)
+    return code
+
+
+def _stopped(stop: Interrupt, tail: Sequence[str]) -> None:
+    """Raise ``BuildStopped`` when ``stop`` is set."""
+    reason = stop.reason
+    if reason is not None:
+        raise BuildStopped(reason, tail=tail)
 
 
 def build_environment(
@@ -130,12 +169,15 @@ def build_environment(
     inherit: Sequence[str],
     on_line: Callable[[str], None],
     cwd: Path,
+    stop: Interrupt | None = None,
 ) -> Path:
     """Create a virtual environment at ``target`` holding ``requirements``; its site-packages directory.
 
     ``requirements`` must already be normalised (``keys.normalize_requirements``); they follow ``--``, so even so
-    none could be read as an option. Raises ``BuildFailed`` with the output's tail when a step fails.
+    none could be read as an option. Raises ``BuildFailed`` with the output's tail when a step fails, and
+    ``BuildStopped`` when ``stop`` is set (the process running then is killed; the caller removes ``target``).
     """
+    stop = stop if stop is not None else Interrupt()
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     # uv reads its own configuration from the working directory upwards: run it where no project's pyproject.toml is
     env = {**os.environ, **options.env, "NO_COLOR": "1"}
@@ -146,6 +188,7 @@ def build_environment(
         cwd=cwd,
         on_line=on_line,
         tail=tail,
+        stop=stop,
     )
     if code != 0:
         raise BuildFailed(f"uv could not create a virtual environment for {python}", returncode=code, tail=tail)
@@ -158,13 +201,14 @@ def build_environment(
             cwd=cwd,
             on_line=on_line,
             tail=tail,
+            stop=stop,
         )
         if code != 0:
             raise BuildFailed("uv could not install the requirements", returncode=code, tail=tail)
-    purelib, _ = _check(interpreter, env, cwd)
+    purelib, _ = _check(interpreter, env, cwd, stop)
     # lines of a .pth are appended to sys.path after the directory holding it: the environment's pins win
     (Path(purelib) / PTH_NAME).write_text("".join(f"{path}\n" for path in inherit), encoding="utf-8")
-    purelib, path = _check(interpreter, env, cwd, runtime=True)
+    purelib, path = _check(interpreter, env, cwd, stop, runtime=True)
     own = path.index(purelib) if purelib in path else -1
     early = [p for p in inherit if p in path and path.index(p) < own]
     if own < 0 or early:
@@ -176,31 +220,44 @@ def build_environment(
     return Path(purelib)
 
 
-def _check(interpreter: Path, env: Mapping[str, str], cwd: Path, *, runtime: bool = False) -> tuple[str, list[str]]:
+def _check(
+    interpreter: Path, env: Mapping[str, str], cwd: Path, stop: Interrupt, *, runtime: bool = False
+) -> tuple[str, list[str]]:
     """Run a check script in the new environment (importing flashpoint's runtime when ``runtime``): its
     site-packages directory and ``sys.path``."""
     script = _RUNTIME if runtime else _PATHS
     clean = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")}
+    _stopped(stop, ())
     try:
-        done = subprocess.run(
-            [str(interpreter), "-c", script],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            env=clean,
-            cwd=cwd,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
+        with (
+            subprocess.Popen(
+                [str(interpreter), "-c", script],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+                env=clean,
+                cwd=cwd,
+            ) as proc,
+            stop.watching(proc),
+        ):
+            try:
+                stdout, stderr = proc.communicate(timeout=_CHECK_TIMEOUT_S)
+            finally:
+                if proc.poll() is None:  # timed out, or interrupted from this thread: do not leave it running
+                    proc.kill()
+                    proc.wait()
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BuildFailed(f"the new environment's interpreter did not run: {exc}", returncode=None, tail=()) from None
-    if done.returncode != 0:
+    _stopped(stop, ())
+    if proc.returncode != 0:
         what = "flashpoint's worker runtime does not import" if runtime else "the interpreter failed"
         raise BuildFailed(
             f"{what} in the new environment (does a requirement pin one of flashpoint's own dependencies to a "
             "version it cannot use?)",
             returncode=None,
-            tail=(done.stdout + done.stderr).splitlines()[-_TAIL_LINES:],
+            tail=(stdout + stderr).splitlines()[-_TAIL_LINES:],
         )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(stdout.strip().splitlines()[-1])
     return str(result["purelib"]), [str(p) for p in result["path"]]

@@ -5,13 +5,21 @@ Layout of the cache root (``$FLASHPOINT_ENV_DIR``, else ``~/.flashpoint/envs``):
     <key>/                    a finished environment; it exists only once complete (renamed into place)
     <key>.json                EnvironmentRecord: requirements, python, created, last_used, endpoints
     <key>.lock                the key's flock (lock.py); never deleted
+    <key>.inuse               the in-use hold (lock.py): shared flocks of the planes whose endpoints run in the
+                              environment (``ensure(hold=True)``); prune leaves a held environment alone. Created by
+                              the first hold, never deleted
     <key>.building            BuildProgress while a build runs
     <key>.failed              BuildFailure of the last build, raised again until a retry
     .<key>.tmp-<pid>-<token>/ a build in progress, or what a crashed one left (removed by the next builder)
     .<key>.trash-<token>/     an environment being removed
 
-Everything that changes a key (build, hit bookkeeping, removal) happens under its lock, so a waiter that gets the
-lock after a build finds the environment done (a hit) or the failure recorded, and never builds twice.
+Everything that changes a key (build, hit bookkeeping, removal, taking an in-use hold) happens under its lock, so a
+waiter that gets the lock after a build finds the environment done (a hit) or the failure recorded, and never builds
+twice, and prune never removes an environment between the ``ensure`` that found it and that caller's hold.
+
+A build has a time limit (``build_timeout_s``, FLASHPOINT_ENV_BUILD_TIMEOUT_S): past it the installer is killed and
+the build fails like any other (recorded). The caller can stop a build too (``ensure(interrupt=...)``, the plane
+closing): the installer is killed, the temporary directory removed, and nothing recorded (``BuildInterrupted``).
 """
 
 from __future__ import annotations
@@ -29,9 +37,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flashpoint.environments.build import BuildFailed, build_environment, env_python, inherited_paths, uv_binary
+from flashpoint.config import env_build_timeout_s
+from flashpoint.environments.build import (
+    BuildFailed,
+    BuildStopped,
+    build_environment,
+    env_python,
+    inherited_paths,
+    uv_binary,
+)
+from flashpoint.environments.errors import BuildInterrupted, EnvironmentBuildError
+from flashpoint.environments.interrupt import TIMED_OUT, Interrupt
 from flashpoint.environments.keys import KEY_LENGTH, PythonId, environment_key, normalize_requirements
-from flashpoint.environments.lock import KeyLock, is_locked
+from flashpoint.environments.lock import InUseHold, KeyLock, in_use, is_locked
 from flashpoint.environments.pipconfig import read_pip_config, uv_options
 from flashpoint.environments.records import (
     BuildFailure,
@@ -47,6 +65,8 @@ __all__ = ["CacheEntry", "Environment", "EnvironmentCache", "PruneReport", "defa
 _KEY = re.compile(rf"[0-9a-f]{{{KEY_LENGTH}}}")
 _LEFTOVER = re.compile(rf"^\.([0-9a-f]{{{KEY_LENGTH}}})\.(tmp|trash)-")
 _R = TypeVar("_R", EnvironmentRecord, BuildProgress, BuildFailure)
+#: seconds between looks at the caller's interrupt while another builder holds the key's lock (flock cannot be woken)
+_LOCK_WAIT_S = 0.2
 
 
 def default_root() -> Path:
@@ -71,6 +91,14 @@ class Environment:
     inherited: tuple[str, ...] = ()
     #: whether the ``ensure`` that returned it ran the installer (false: it was found in the cache)
     built: bool = False
+    #: the in-use hold ``ensure(hold=True)`` took: ``prune`` leaves the environment alone until ``release()``
+    hold: InUseHold | None = field(default=None, compare=False, repr=False)
+
+    def release(self) -> None:
+        """Let go of the in-use hold, if ``ensure`` took one (``prune`` may remove the environment from now on); a
+        second call does nothing."""
+        if self.hold is not None:
+            self.hold.release()
 
     def pythonpath(self, entries: Sequence[str]) -> list[str]:
         """``entries`` (a parent's ``sys.path``, for ``PYTHONPATH``) without the directories the environment inherits.
@@ -93,6 +121,8 @@ class CacheEntry:
     record: EnvironmentRecord | None
     #: bytes of its files (each hard-linked file once), measured when listed
     size: int
+    #: whether a plane holds it now (its endpoint's workers run there): ``prune`` leaves it alone
+    in_use: bool = False
 
 
 @dataclass
@@ -102,6 +132,8 @@ class PruneReport:
     removed: list[str] = field(default_factory=list)
     #: keys left alone because their lock was held (a build, or a hit's bookkeeping, at that moment)
     busy: list[str] = field(default_factory=list)
+    #: keys left alone because a plane holds them (``ensure(hold=True)``): its workers run there
+    in_use: list[str] = field(default_factory=list)
 
 
 class EnvironmentCache:
@@ -113,6 +145,8 @@ class EnvironmentCache:
         pip_config: a ``pip config list`` mapping to translate instead of asking this interpreter's pip (tests).
         interpreter: the Python the environments are built on; this one by default. Its host environment's
             site-packages are inherited, so it must be the interpreter flashpoint runs in.
+        build_timeout_s: the most seconds one build (all its uv steps together) may run before it is stopped and
+            fails; ``None``: FLASHPOINT_ENV_BUILD_TIMEOUT_S (``config.env_build_timeout_s``), read when a build starts.
     """
 
     def __init__(
@@ -122,8 +156,10 @@ class EnvironmentCache:
         clock: Callable[[], float] = time.time,
         pip_config: dict[str, str] | None = None,
         interpreter: str | None = None,
+        build_timeout_s: float | None = None,
     ) -> None:
         self.root = Path(root) if root is not None else default_root()
+        self.build_timeout_s = build_timeout_s
         self.clock = clock
         self.python = PythonId.current()
         self.interpreter = interpreter or sys.executable
@@ -151,6 +187,8 @@ class EnvironmentCache:
         endpoint: str,
         on_line: Callable[[str], None] | None = None,
         retry: bool = False,
+        interrupt: Interrupt | None = None,
+        hold: bool = False,
     ) -> Environment:
         """The environment holding ``requirements``, built now when the cache has none. Blocking: call it in a thread.
 
@@ -160,10 +198,16 @@ class EnvironmentCache:
             on_line: receives every line of the installer's output while this call builds (and one line saying so
                 when it waits for another process's build), in the calling thread.
             retry: build again even though the last build of this requirement set failed.
+            interrupt: set from another thread, it stops this call: the installer running is killed, the temporary
+                directory removed, the key's lock let go, and nothing recorded (a wait for another builder ends too).
+            hold: take an in-use hold (``Environment.hold``) before the key's lock is let go, so ``prune`` leaves the
+                environment alone until ``Environment.release()``. The plane holds the environments its workers run in.
 
         Raises:
             InvalidRequirementError: a requirement is not one PEP 508 requirement; nothing ran.
-            EnvironmentBuildError: the build failed now, or failed before and ``retry`` is false (``recorded``).
+            EnvironmentBuildError: the build failed now (or ran past ``build_timeout_s``), or failed before and
+                ``retry`` is false (``recorded``).
+            BuildInterrupted: ``interrupt`` was set before the build finished.
         """
         say = on_line or (lambda line: None)
         reqs = normalize_requirements(requirements)
@@ -177,18 +221,19 @@ class EnvironmentCache:
                     f"waiting for process {progress.pid}, which has been building environment {key} for "
                     f"{progress.elapsed(self.clock()):.0f} s (last line: {progress.last_line or '-'})"
                 )
-            lock.acquire()
+            _wait_for(lock, interrupt, key)
         try:
             # we hold the lock, so a progress record here was left by a builder that died
             with contextlib.suppress(FileNotFoundError):
                 self._file(key, ".building").unlink()
             found = self._finished(key, endpoint)
-            if found is not None:
-                return found
-            failure = self.failure(key)
-            if failure is not None and not retry:
-                raise failure.error(recorded=True)
-            return self._build(key, reqs, endpoint, say)
+            if found is None:
+                failure = self.failure(key)
+                if failure is not None and not retry:
+                    raise failure.error(recorded=True)
+                found = self._build(key, reqs, endpoint, say, interrupt)
+            # still under the lock: prune cannot remove it between this hit and the hold
+            return replace(found, hold=InUseHold(self._file(key, ".inuse"))) if hold else found
         finally:
             lock.release()
 
@@ -207,8 +252,16 @@ class EnvironmentCache:
         write_json(self._file(key, ".json"), replace(record, last_used=self.clock(), endpoints=endpoints).to_json())
         return _environment(path, record, built=False)
 
-    def _build(self, key: str, reqs: tuple[str, ...], endpoint: str, say: Callable[[str], None]) -> Environment:
-        """Under the lock: build ``key`` in a temporary directory and rename it into place."""
+    def _build(
+        self,
+        key: str,
+        reqs: tuple[str, ...],
+        endpoint: str,
+        say: Callable[[str], None],
+        interrupt: Interrupt | None,
+    ) -> Environment:
+        """Under the lock: build ``key`` in a temporary directory and rename it into place, within the time limit."""
+        limit = self.build_timeout_s if self.build_timeout_s is not None else env_build_timeout_s()
         with self._count_lock:
             self.builds += 1
         self._clean_leftovers(key)
@@ -226,19 +279,30 @@ class EnvironmentCache:
 
         tmp = self.root / f".{key}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         inherit = inherited_paths()
+        # the build's own interrupt: its time limit sets it, and so does the caller's (linked) when the caller's is set
+        stop = Interrupt()
+        deadline = threading.Timer(limit, stop.set, args=(TIMED_OUT,))
+        deadline.daemon = True
         try:
-            config = self._pip_config if self._pip_config is not None else read_pip_config(self.interpreter)
-            line(f"building environment {key} for endpoint {endpoint!r}: {' '.join(reqs) or '(no requirements)'}")
-            purelib = build_environment(
-                tmp,
-                reqs,
-                python=self.interpreter,
-                uv=uv_binary(),
-                options=uv_options(config),
-                inherit=inherit,
-                on_line=line,
-                cwd=self.root,
-            )
+            with interrupt.linked(stop) if interrupt is not None else contextlib.nullcontext():
+                deadline.start()
+                try:
+                    config = self._pip_config if self._pip_config is not None else read_pip_config(self.interpreter)
+                    what = " ".join(reqs) or "(no requirements)"
+                    line(f"building environment {key} for endpoint {endpoint!r}: {what}")
+                    purelib = build_environment(
+                        tmp,
+                        reqs,
+                        python=self.interpreter,
+                        uv=uv_binary(),
+                        options=uv_options(config),
+                        inherit=inherit,
+                        on_line=line,
+                        cwd=self.root,
+                        stop=stop,
+                    )
+                finally:
+                    deadline.cancel()
             now = self.clock()
             record = EnvironmentRecord(
                 key=key,
@@ -254,23 +318,26 @@ class EnvironmentCache:
             # the record first, the directory last: the directory's existence is what "done" means
             write_json(self._file(key, ".json"), record.to_json())
             os.rename(tmp, self.root / key)
+        except BuildStopped as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if exc.reason != TIMED_OUT:  # the caller stopped it: nothing to record, the next ensure builds again
+                raise BuildInterrupted(
+                    f"the build of environment {key} for endpoint {endpoint!r} was interrupted", key=key
+                ) from None
+            raise self._record_failure(
+                key,
+                reqs,
+                endpoint,
+                f"the build ran past its time limit of {limit:g} s and was stopped (FLASHPOINT_ENV_BUILD_TIMEOUT_S; "
+                "raise it for a large download or a slow index)",
+                returncode=None,
+                tail=exc.tail,
+            ) from None
         except BuildFailed as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            failure = BuildFailure(
-                key=key,
-                requirements=reqs,
-                endpoint=endpoint,
-                failed_at=self.clock(),
-                message=(
-                    f"could not build the environment for endpoint {endpoint!r} ({', '.join(reqs)}): {exc}. Fix the "
-                    "dependencies; if the cause has passed (the network, say), retry: ensure(..., retry=True) or "
-                    "`flashpoint env prune --failed`"
-                ),
-                returncode=exc.returncode,
-                output_tail=bounded_tail(exc.tail),
-            )
-            write_json(self._file(key, ".failed"), failure.to_json())
-            raise failure.error(recorded=False) from None
+            raise self._record_failure(
+                key, reqs, endpoint, str(exc), returncode=exc.returncode, tail=exc.tail
+            ) from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -278,6 +345,26 @@ class EnvironmentCache:
             with contextlib.suppress(FileNotFoundError):
                 progress_file.unlink()
         return _environment(self.root / key, record, built=True)
+
+    def _record_failure(
+        self, key: str, reqs: tuple[str, ...], endpoint: str, cause: str, *, returncode: int | None, tail: Sequence[str]
+    ) -> EnvironmentBuildError:
+        """Under the lock: record the failed build of ``key``; the error to raise."""
+        failure = BuildFailure(
+            key=key,
+            requirements=reqs,
+            endpoint=endpoint,
+            failed_at=self.clock(),
+            message=(
+                f"could not build the environment for endpoint {endpoint!r} ({', '.join(reqs)}): {cause}. Fix the "
+                "dependencies; if the cause has passed (the network, say), retry: ensure(..., retry=True) or "
+                "`flashpoint env prune --failed`"
+            ),
+            returncode=returncode,
+            output_tail=bounded_tail(tail),
+        )
+        write_json(self._file(key, ".failed"), failure.to_json())
+        return failure.error(recorded=False)
 
     # -- what other processes can read
 
@@ -307,8 +394,10 @@ class EnvironmentCache:
         entries = []
         for path in self._glob("*"):
             if _KEY.fullmatch(path.name) and path.is_dir():
-                record = _parse(EnvironmentRecord, read_json(self._file(path.name, ".json")))
-                entries.append(CacheEntry(key=path.name, path=path, record=record, size=_disk_size(path)))
+                key = path.name
+                record = _parse(EnvironmentRecord, read_json(self._file(key, ".json")))
+                held = in_use(self._file(key, ".inuse"))
+                entries.append(CacheEntry(key=key, path=path, record=record, size=_disk_size(path), in_use=held))
         return sorted(entries, key=lambda e: -(e.record.last_used if e.record else 0.0))
 
     # -- removal
@@ -318,8 +407,10 @@ class EnvironmentCache:
         (their failure records too).
 
         A key whose lock is held right now is skipped and reported ``busy``: it is being built, and removing the
-        directory under a builder would break its rename. Environments are removed by renaming them aside first, so an
-        interrupted removal never leaves a half environment under the key's name.
+        directory under a builder would break its rename. An environment a plane holds (``ensure(hold=True)``: its
+        endpoint's workers run there) is skipped and reported ``in_use``, with ``everything`` too. Environments are
+        removed by renaming them aside first, so an interrupted removal never leaves a half environment under the key's
+        name.
         """
         if unused_for_s is None and not everything:
             raise ValueError("prune needs unused_for_s or everything=True")
@@ -341,6 +432,10 @@ class EnvironmentCache:
                     self._file(key, ".building").unlink()
                 record = _parse(EnvironmentRecord, read_json(self._file(key, ".json")))
                 exists = (self.root / key).is_dir()
+                # asked under the key lock, which every hold is taken under: no hold can begin before the removal
+                if exists and in_use(self._file(key, ".inuse")):
+                    report.in_use.append(key)
+                    continue
                 if not everything and exists and record is not None:
                     assert unused_for_s is not None
                     if now - record.last_used < unused_for_s:
@@ -391,6 +486,21 @@ class EnvironmentCache:
             return sorted(self.root.glob(pattern))
         except OSError:
             return []
+
+
+def _wait_for(lock: KeyLock, interrupt: Interrupt | None, key: str) -> None:
+    """Take ``lock``, which another builder holds now; give up with ``BuildInterrupted`` when ``interrupt`` is set.
+
+    Without an interrupt, a blocking ``flock``. With one, a look every ``_LOCK_WAIT_S`` (the one wait here that
+    polls): a thread blocked in ``flock`` cannot be woken, and a plane closing must not wait for another process's
+    build to end.
+    """
+    if interrupt is None:
+        lock.acquire()
+        return
+    while not lock.acquire(blocking=False):
+        if interrupt.wait(_LOCK_WAIT_S):
+            raise BuildInterrupted(f"the wait for the build of environment {key} was interrupted", key=key)
 
 
 def _environment(path: Path, record: EnvironmentRecord, *, built: bool) -> Environment:

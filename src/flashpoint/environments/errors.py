@@ -3,7 +3,8 @@
     Error
     ├─ InvalidEndpointError
     │  └─ InvalidRequirementError    a ``dependencies`` entry that is not one PEP 508 requirement
-    └─ EnvironmentBuildError         the installer failed; carries the tail of its output
+    ├─ EnvironmentBuildError         the installer failed (or ran past its time limit); carries its output's tail
+    └─ BuildInterrupted              the caller stopped the build (its plane closed): a signal, not a failure
 
 They live here rather than in ``flashpoint.errors`` because only this package raises them; they subclass that
 module's classes, so ``except flashpoint.Error`` catches them and the HTTP layer maps them by their base.
@@ -58,3 +59,17 @@ class EnvironmentBuildError(Error):
         if self.output_tail:
             return text + "\n\nInstaller output (last lines):\n" + "\n".join(self.output_tail)
         return text
+
+
+class BuildInterrupted(Error):
+    """The build was stopped by the caller's ``Interrupt`` (the plane closing) before it finished.
+
+    Not a failure, so not named one: nothing is recorded, the installer was killed and its temporary directory
+    removed, and the next ``ensure`` of the same requirements builds them again.
+    """
+
+    code = "environment_build_interrupted"
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key

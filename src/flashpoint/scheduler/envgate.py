@@ -16,30 +16,45 @@ with its outcome:
   host directories the environment inherits after its own (``Environment.pythonpath``).
 - **Failed**: the queued jobs end ``FAILED`` (``environment_failed``) with the installer's error; jobs submitted later
   fail at once while the cache still records the failure. ``flashpoint env prune --failed`` forgets it (the next job
-  builds again), and so does a change of the requirements (another key).
+  builds again), and so does a change of the requirements (another key). A build that runs past its time limit
+  (FLASHPOINT_ENV_BUILD_TIMEOUT_S, the cache's) is such a failure.
+- **In use**: while an endpoint's environment is ready the plane holds it (``ensure(hold=True)``), so ``flashpoint env
+  prune`` leaves it alone; the hold ends when the endpoint's requirements change (``forget``) and at ``close``.
+- **Closing**: ``close`` interrupts the builds in flight (the installer killed, the temporary directory removed, the
+  key's lock let go) and waits for them to finish so; an interrupted build is dropped, not failed, and the next plane
+  builds it again.
 
-The build runs in a thread (``ensure`` blocks); its lines reach the status from that thread (one attribute written,
-read by the loop), and its end reaches the plane on the loop.
+The build runs in a daemon thread of its own (``ensure`` blocks); its lines reach the status from that thread (one
+attribute written, read by the loop), and its end reaches the plane on the loop. Not ``asyncio.to_thread``: the
+default executor's threads are joined when the interpreter exits, before ``atexit`` handlers run, so a script ending
+mid-build would wait for uv, and the handler that closes the plane (and so stops the build) would run only after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from flashpoint.clock import Clock
 
 if TYPE_CHECKING:
-    from flashpoint.environments import BuildFailure, Environment
+    from flashpoint.environments import BuildFailure, Environment, Interrupt
     from flashpoint.scheduler.records import EndpointState
     from flashpoint.spec import EndpointSpec
 
 log = logging.getLogger("flashpoint.plane")
 
 BUILDING, READY, FAILED, HOST = "building", "ready", "failed", "host"
+#: how long ``close`` waits for interrupted builds to clean up (their installer killed, their temporary directory
+#: being removed) before it stops waiting for them
+CLOSE_WAIT_S = 10.0
+
+T = TypeVar("T")
 
 
 class EnvironmentSource(Protocol):
@@ -54,6 +69,8 @@ class EnvironmentSource(Protocol):
         endpoint: str,
         on_line: Callable[[str], None] | None = None,
         retry: bool = False,
+        interrupt: Interrupt | None = None,
+        hold: bool = False,
     ) -> Environment: ...
 
     def failure(self, key: str) -> BuildFailure | None: ...
@@ -154,6 +171,11 @@ class EnvironmentGate:
         self.on_failed = on_failed
         self.host_check = host_check
         self._tasks: set[asyncio.Task[None]] = set()
+        #: the interrupts of the builds in flight, set by ``close``
+        self._interrupts: set[Interrupt] = set()
+        #: the environments this plane holds (``ensure(hold=True)``): one per ready endpoint
+        self._held: list[Environment] = []
+        self._closed = False
 
     @property
     def source(self) -> EnvironmentSource:
@@ -184,10 +206,19 @@ class EnvironmentGate:
         return None
 
     def forget(self, ep: EndpointState) -> None:
-        """The endpoint's requirements changed (redeclared): build for the new ones."""
-        ep.environment = None
+        """The endpoint's requirements changed (redeclared): build for the new ones, and let go of the old
+        environment's hold (a build of the old ones still running finishes, and its outcome is dropped)."""
+        status, ep.environment = ep.environment, None
+        if status is not None and status.environment is not None:
+            self._release(status.environment)
+
+    def _release(self, environment: Environment) -> None:
+        environment.release()
+        self._held[:] = [held for held in self._held if held is not environment]
 
     def _begin(self, ep: EndpointState, *, retry: bool) -> None:
+        if self._closed:  # a closed plane starts no build (close would not stop it)
+            return
         requirements = ep.spec.dependencies
         now = self.clock.monotonic()
         if self.host_check(requirements):
@@ -206,31 +237,94 @@ class EnvironmentGate:
         task.add_done_callback(self._tasks.discard)
 
     async def _build(self, ep: EndpointState, status: EnvStatus, retry: bool) -> None:
+        from flashpoint.environments import BuildInterrupted, Interrupt
+
         name = ep.spec.name
 
         def line(text: str) -> None:  # in the building thread
             status.last_line = text[-300:]
             log.info("environment of %s: %s", name, text)
 
-        try:
-            environment = await asyncio.to_thread(
-                self.source.ensure, ep.spec.dependencies, endpoint=name, on_line=line, retry=retry
+        def ensure() -> Environment:  # in the building thread
+            return self.source.ensure(
+                ep.spec.dependencies, endpoint=name, on_line=line, retry=retry, interrupt=interrupt, hold=True
             )
+
+        interrupt = Interrupt()
+        self._interrupts.add(interrupt)
+        try:
+            environment = await in_daemon_thread(ensure, f"flashpoint-env-{name}", dropped=_release_dropped)
+        except BuildInterrupted:
+            log.info("the build of the environment of %s was interrupted: the plane is closing", name)
+            return
         except Exception as exc:
-            if ep.environment is not status:  # redeclared meanwhile: this outcome is nobody's
+            if ep.environment is not status or self._closed:  # redeclared meanwhile, or closed: nobody's outcome
                 return
             status.state, status.error = FAILED, str(exc)
             log.error("the environment of %s failed to build: %s", name, exc)
             self.on_failed(ep, status.error)
             return
-        if ep.environment is not status:
+        finally:
+            self._interrupts.discard(interrupt)
+        if ep.environment is not status or self._closed:  # nobody's (redeclared, or the plane closed): let it go
+            environment.release()
             return
         status.state, status.environment = READY, environment
+        self._held.append(environment)
         log.info("the environment of %s is ready: %s", name, environment.python)
         self.on_ready(ep)
 
     async def close(self) -> None:
-        """Stop waiting for builds in flight (their threads finish on their own; their outcome is dropped)."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Interrupt the builds in flight and wait (``CLOSE_WAIT_S`` at most) for them to clean up: their installers
+        killed, their temporary directories removed, their keys' locks let go, nothing recorded. Then let go of every
+        environment this plane holds, so ``flashpoint env prune`` may remove them."""
+        self._closed = True
+        for interrupt in list(self._interrupts):
+            interrupt.set()
+        if self._tasks:
+            _, late = await asyncio.wait(set(self._tasks), timeout=CLOSE_WAIT_S)
+            for task in late:
+                log.warning("an environment build did not stop within %.0f s of the plane closing", CLOSE_WAIT_S)
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        for environment in self._held:
+            environment.release()
+        self._held.clear()
+
+
+async def in_daemon_thread(fn: Callable[[], T], name: str, *, dropped: Callable[[T], None] | None = None) -> T:
+    """``fn()`` run in a daemon thread of its own, awaited on the running loop (the module docstring says why not
+    ``asyncio.to_thread``). A result that arrives once nobody awaits it (the awaiting task cancelled, the loop closed)
+    goes to ``dropped``."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: tuple[T] | BaseException) -> None:  # on the loop
+        if not future.done():
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome[0])
+        elif not isinstance(outcome, BaseException) and dropped is not None:
+            dropped(outcome[0])
+
+    def run() -> None:  # in the thread
+        outcome: tuple[T] | BaseException
+        try:
+            outcome = (fn(),)
+        except BaseException as exc:
+            outcome = exc
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:  # the loop is closed
+            if not isinstance(outcome, BaseException) and dropped is not None:
+                dropped(outcome[0])
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await future
+
+
+def _release_dropped(environment: Environment) -> None:
+    """A ready environment nobody awaited any more: let go of its hold."""
+    with contextlib.suppress(Exception):
+        environment.release()
