@@ -134,6 +134,14 @@ def test_referenced(target: Any, expected: list[Marker]) -> None:
     assert referenced(target, lambda value: isinstance(value, Marker)) == expected
 
 
+def test_a_wrapped_chain_that_loops_is_read_as_it_is() -> None:
+    def looped() -> Any:
+        return A
+
+    looped.__wrapped__ = looped  # type: ignore[attr-defined]
+    assert referenced(looped, lambda value: isinstance(value, Marker)) == [A]
+
+
 def test_a_function_of_another_module_is_not_followed() -> None:
     other = types.ModuleType("other")
     exec("def far():\n    return A\n", other.__dict__)  # a module of the test's own

@@ -47,7 +47,12 @@ def _function_of(member: object) -> object:
         member = member.__func__
     elif isinstance(member, property):
         member = member.fget
-    return inspect.unwrap(member) if isinstance(member, types.FunctionType) else member
+    if not isinstance(member, types.FunctionType):
+        return member
+    try:
+        return inspect.unwrap(member)
+    except ValueError:  # a __wrapped__ chain that loops: the function as it is
+        return member
 
 
 def _named_values(fn: types.FunctionType) -> Iterator[object]:
