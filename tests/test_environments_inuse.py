@@ -6,6 +6,7 @@ nothing is downloaded), and the holds are real flocks, in this process and in a 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,54 @@ def test_a_hold_in_another_process_keeps_the_environment_until_that_process_ends
     assert child.returncode == 0
     report = cache.prune(everything=True)
     assert report.removed == [key] and report.in_use == []
+
+
+#: a worker process as the plane starts one (``FLASHPOINT_ENV_INUSE`` set): it sets itself up, says so, and runs until
+#: stdin ends
+WORKER = "from flashpoint.worker import isolation; print(isolation.apply(), flush=True); import sys; sys.stdin.read()"
+#: a user's own command, which ``flashpoint.worker.launch`` execs after setting up: it knows nothing of flashpoint
+COMMAND = "print({'environment': 'inherited'}, flush=True); import sys; sys.stdin.read()"
+
+
+@pytest.mark.parametrize("launch", [False, True], ids=["runtime", "exec of a user's command"])
+def test_a_worker_holds_its_environment_while_it_runs_after_the_plane_lets_go(
+    cache: EnvironmentCache, clock: Clock, launch: bool
+) -> None:
+    # Given a real environment, held by the plane, and a worker started in it (told of it by FLASHPOINT_ENV_INUSE)
+    env = cache.ensure([], endpoint="a", hold=True)
+    command = [sys.executable, "-c", WORKER]
+    if launch:  # the hold taken by the launcher must survive its exec of the command
+        command = [sys.executable, "-m", "flashpoint.worker.launch", "--", sys.executable, "-c", COMMAND]
+    worker = subprocess.Popen(
+        command,
+        env={**os.environ, "FLASHPOINT_ENV_INUSE": str(env.in_use_path)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdin is not None and worker.stdout is not None
+    try:
+        assert "'environment':" in worker.stdout.readline()
+        # When the plane lets go (its endpoint redeclared with other dependencies) and the cache is pruned
+        env.release()
+        clock.now += 30 * DAY
+        # Then the environment stays while the worker runs
+        assert cache.prune(everything=True).in_use == [env.key] and env.python.exists()
+    finally:
+        worker.stdin.close()
+        worker.wait(30)
+        worker.stdout.close()
+    # and goes once it has exited
+    assert cache.prune(everything=True).removed == [env.key]
+
+
+def test_a_worker_told_of_an_environment_that_is_gone_runs_on(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from flashpoint.worker import isolation; print(isolation.apply())"],
+        env={**os.environ, "FLASHPOINT_ENV_INUSE": str(tmp_path / "gone.inuse")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "{}" and "cannot hold environment" in done.stderr

@@ -169,6 +169,7 @@ async def test_jobs_wait_building_environment_then_workers_start_on_its_interpre
     launch = door.backend.workers[door.backend.started[0]].launch
     assert launch.argv[0] == str(environment.python)
     assert launch.env["PYTHONPATH"] == "/app"  # the inherited directory comes after the environment's own
+    assert launch.env["FLASHPOINT_ENV_INUSE"] == str(environment.in_use_path)  # the worker holds it too
     assert source.calls == [((PIN,), "pinned", False)]
 
 

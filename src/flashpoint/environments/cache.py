@@ -94,6 +94,12 @@ class Environment:
     #: the in-use hold ``ensure(hold=True)`` took: ``prune`` leaves the environment alone until ``release()``
     hold: InUseHold | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def in_use_path(self) -> Path:
+        """The file whose shared flocks keep ``prune`` off this environment (``<root>/<key>.inuse``): the plane's hold
+        and each worker's own (``worker/isolation.hold_environment``, told of it by ``FLASHPOINT_ENV_INUSE``)."""
+        return self.path.with_name(f"{self.key}.inuse")
+
     def release(self) -> None:
         """Let go of the in-use hold, if ``ensure`` took one (``prune`` may remove the environment from now on); a
         second call does nothing."""

@@ -168,6 +168,8 @@ class Supervisor:
             # PYTHONPATH comes before site-packages: the host's directories would beat the environment's pins (it
             # reaches them after its own, through its .pth)
             env["PYTHONPATH"] = os.pathsep.join(environment.pythonpath(env["PYTHONPATH"].split(os.pathsep)))
+        if environment is not None:  # the worker holds its environment itself, for as long as it runs
+            env["FLASHPOINT_ENV_INUSE"] = str(environment.in_use_path)
         if ep.spec.system_dependencies:
             env["FLASHPOINT_SYSTEM_DEPENDENCIES"] = json.dumps(list(ep.spec.system_dependencies))
         if ep.spec.volumes:

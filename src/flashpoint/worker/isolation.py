@@ -1,4 +1,5 @@
-"""What a worker process sets up for itself before it loads the endpoint's code: its CPU cores and its volume.
+"""What a worker process sets up for itself before it loads the endpoint's code: its CPU cores, its volume, and a
+hold on the environment it runs in.
 
 Both come from variables the plane sets (``FLASHPOINT_CPU_CORES``, ``FLASHPOINT_VOLUMES``), and both run on the node
 the worker runs on, so a Ray worker on another machine does the same as a local one. Called first thing by
@@ -14,6 +15,11 @@ while the process still has one thread.
   mounts are untouched (an empty ``/runpod-volume`` directory is created as the mount point when missing).
   ``FLASHPOINT_VOLUME_PATH`` always names the directory to use: ``/runpod-volume`` when it was mounted, the host
   directory otherwise.
+
+- **Environment.** A worker in a per-endpoint environment takes a shared ``flock`` on its cache's ``<key>.inuse``
+  (``FLASHPOINT_ENV_INUSE``) and keeps it for the life of the process, across ``exec`` of a user's command too:
+  ``flashpoint env prune`` leaves the environment alone while any worker runs in it, also one that outlives its
+  plane's own hold (a worker retiring after its endpoint was redeclared with other dependencies).
 
 Nothing here raises: a step that cannot be done is logged to stderr and skipped (the worker still runs).
 """
@@ -43,12 +49,44 @@ def apply(env: MutableMapping[str, str] | None = None) -> dict[str, Any]:
     cores = pin(env.get("FLASHPOINT_CPU_CORES", ""))
     if cores:
         done["cores"] = cores
+    if hold_environment(env.get("FLASHPOINT_ENV_INUSE", "")):
+        done["environment"] = env["FLASHPOINT_ENV_INUSE"]
     volume = choose_volume(env.get("FLASHPOINT_VOLUMES", ""), env.get("FLASHPOINT_NODE_DATACENTER", ""))
     if volume is not None:
         path = mount_volume(volume["path"])
         env["FLASHPOINT_VOLUME_PATH"] = path
         done["volume"] = path
     return done
+
+
+#: the open in-use file of the environment this process runs in, held until the process ends
+_environment_hold: int | None = None
+
+
+def hold_environment(path: str) -> bool:
+    """Hold the environment at ``path`` (its ``<key>.inuse``) in use for as long as this process (or the command it
+    execs) runs; whether it is held. Never waits: a ``prune`` removing it right now wins, and the worker runs on."""
+    global _environment_hold
+    if not path or _environment_hold is not None:
+        return _environment_hold is not None
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): environments are not shared there
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # no O_CREAT: the plane's hold made it
+    except OSError as exc:
+        _say(f"cannot hold environment {path}: {exc}")
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        os.set_inheritable(fd, True)  # kept across exec (flashpoint.worker.launch runs a user's command so)
+    except OSError as exc:
+        os.close(fd)
+        _say(f"cannot hold environment {path}: {exc}")
+        return False
+    _environment_hold = fd
+    return True
 
 
 def pin(text: str) -> tuple[int, ...]:
