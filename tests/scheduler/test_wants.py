@@ -11,6 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from flashpoint.scheduler import wants
 from flashpoint.scheduler.leases import Owner, prepare
 from flashpoint.scheduler.wants import FRESH_S, WantMarks
 from tests.scheduler.test_leases import device
@@ -97,3 +100,13 @@ def test_a_directory_that_cannot_be_used_makes_marks_a_no_op(tmp_path: Path) -> 
     wanter = WantMarks(Owner(os.getpid(), 1.0, "script", "", ""), tmp_path / "missing")
     wanter.mark({NAME: (DEVICE, "mine")})
     assert wanter.marked() == () and wanter.wanters({NAME}) == {}
+
+
+def test_the_scan_of_the_shared_directory_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for n in range(5):  # a directory filled by someone else
+        (tmp_path / f"junk-{n}").write_text("")
+    monkeypatch.setattr(wants, "MAX_ENTRIES", 3)
+    assert len(wants._entries(tmp_path)) == 3
+    monkeypatch.setattr(wants, "MAX_ENTRIES", 100)
+    assert len(wants._entries(tmp_path)) == 5
+    assert wants._entries(tmp_path / "missing") == []

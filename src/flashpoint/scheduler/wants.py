@@ -17,6 +17,7 @@ data, read bounded and never through a link.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -29,10 +30,13 @@ from flashpoint.explain import OtherProcess
 from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.leases import Owner, read_record, record
 
-__all__ = ["FRESH_S", "WantMarks"]
+__all__ = ["FRESH_S", "MAX_ENTRIES", "WantMarks"]
 
 #: a mark not refreshed for this long is read as withdrawn (its writer refreshes it twice a second while it waits)
 FRESH_S = 5.0
+#: the most entries of the lease directory looked at per recheck: a directory every user can fill stays a bounded read
+#: (past it, marks may go unseen: the device is then given up at its idle_timeout, as before marks)
+MAX_ENTRIES = 10_000
 #: the most of a mark read back (a record is a few hundred bytes)
 _MAX_RECORD = 16 * 1024
 _SEPARATOR = ".want-"
@@ -94,10 +98,7 @@ class WantMarks:
         first found). Marks of dead processes are removed on the way, where this user may."""
         if not names:
             return {}
-        try:
-            entries = list(os.scandir(self.root))
-        except OSError:
-            return {}
+        entries = _entries(self.root)
         now = time.time()
         found: dict[str, OtherProcess] = {}
         for entry in entries:
@@ -151,6 +152,16 @@ class WantMarks:
         finally:
             os.close(fd)
         return read_record(data, own_pid=os.getpid(), own_uid=self._uid)
+
+
+def _entries(root: Path) -> list[os.DirEntry[str]]:
+    """The lease directory's entries, ``MAX_ENTRIES`` at most (in the directory's own order); none when it cannot be
+    read."""
+    try:
+        with os.scandir(root) as listing:
+            return list(itertools.islice(listing, MAX_ENTRIES))
+    except OSError:
+        return []
 
 
 def _alive(pid: int) -> bool:
