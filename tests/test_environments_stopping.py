@@ -122,13 +122,11 @@ def test_a_build_past_its_time_limit_is_killed_and_recorded_as_failed(
     watcher = threading.Thread(target=lambda: seen.append(uv_children()) if silent_index.connected.wait(60) else None)
     watcher.start()
     # When uv waits on an index that never answers, past the build's time limit
-    started = time.monotonic()
     with pytest.raises(EnvironmentBuildError) as info:
         cache.ensure([PIN], endpoint="slow")
-    elapsed = time.monotonic() - started
     watcher.join(10)
-    # Then the build fails at the limit (uv's own HTTP timeout, 30 s and retries, is far beyond it)
-    assert silent_index.connected.is_set() and elapsed < 25
+    # Then the build fails at the limit: its own words, not uv's HTTP timeout (30 s and retries, far beyond it)
+    assert silent_index.connected.is_set()
     message = str(info.value)
     assert "time limit of 4 s" in message and "FLASHPOINT_ENV_BUILD_TIMEOUT_S" in message
     assert not info.value.recorded and info.value.returncode is None
@@ -274,11 +272,11 @@ def test_a_script_that_exits_mid_build_stops_it_and_does_not_wait_for_it(
             assert silent_index.connected.wait(60)
             (uv,) = uv_children(script.pid)
             # When the script ends
-            started = time.monotonic()
             script.stdin.close()
+            # Then it exits without waiting for the build (uv alone would wait on the index for minutes: the bound
+            # here is far below that, and the uv being gone below says the plane's close killed it)
             script.wait(60)
-            # Then it exits without waiting for the build (uv alone would wait on the index for minutes)
-            assert script.returncode == 0 and time.monotonic() - started < 30
+            assert script.returncode == 0
         finally:
             script.kill()
             if uv and Path(f"/proc/{uv}").exists():  # this test failed: do not leave its uv behind
