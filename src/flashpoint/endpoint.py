@@ -262,7 +262,7 @@ class _Bound:
             return conn
         conn = connect()
         await conn.register(self.spec, self.worker_target())
-        if conn.hosts_code:
+        if getattr(conn, "hosts_code", False):  # (a Connection of before the attribute uploads nothing)
             await _register_called(conn, self)
         self._conn = conn
         return conn
