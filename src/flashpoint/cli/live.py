@@ -1,8 +1,9 @@
 """Live control planes: the announcement files embedded planes and ``flashpoint serve`` write, and HTTP calls to them.
 
 An announcement is ``<state_dir>/run/<pid>-<anything>.json``, mode 0600: ``{"pid", "url", "key"}`` from an embedded
-plane (a script); ``flashpoint serve`` adds ``"kind": "server"``, ``"app"`` and ``"startedAt"``, and its ``key`` is a
-key the server minted for this machine's CLI (null when the server asks for none). A plane named with ``--url`` is a
+plane (a script); ``flashpoint serve`` adds ``"kind": "server"``, ``"app"`` and ``"startedAt"`` (``flashpoint dev``
+the same with ``"kind": "dev"`` and its project folder), and its ``key`` is a key the server minted for this machine's
+CLI (null when the server asks for none). A plane named with ``--url`` is a
 ``LivePlane`` too, with no pid and no file.
 
 Edge module: may import anything in flashpoint, plus httpx.
@@ -26,7 +27,8 @@ from flashpoint.errors import ConfigError, Error, NotFoundError
 #: seconds to wait for a plane's answer; planes answer from memory, so anything slower means it is stuck
 TIMEOUT_S = 5.0
 
-#: what ``kind`` says: a script's embedded plane, a ``flashpoint serve`` process, a server named with ``--url``
+#: what ``kind`` says: a script's embedded plane, a ``flashpoint serve`` or ``flashpoint dev`` process, a server named
+#: with ``--url``
 SCRIPT, SERVER, DEV, URL = "script", "server", "dev", "url"
 
 
