@@ -258,6 +258,6 @@ async def test_a_plane_that_stops_waiting_withdraws_its_marks(tmp_path: Path) ->
     # marks follow the reasons of the last reconcile, which the tick runs after the recheck: withdrawn one recheck on
     await second.step(0.5)
     await second.step(0.5)
-    assert second.plane.wants.marked() == () and list(tmp_path.glob("*.want-*")) == []
+    assert second.plane.wants.marked() == () and list((tmp_path / "wants").glob("*.want-*")) == []
     await first.step(0.5)
     assert first.plane.wanted_elsewhere == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -96,10 +97,16 @@ def test_what_is_not_a_mark_is_ignored(tmp_path: Path) -> None:
     assert holder.wanters({NAME}) == {}
 
 
-def test_a_directory_that_cannot_be_used_makes_marks_a_no_op(tmp_path: Path) -> None:
-    wanter = WantMarks(Owner(os.getpid(), 1.0, "script", "", ""), tmp_path / "missing")
+def test_the_marks_folder_is_made_at_the_first_mark_in_the_lease_directory_only(tmp_path: Path) -> None:
+    lease_dir = tmp_path / "leases"
+    wanter = WantMarks(Owner(os.getpid(), 1.0, "script", "", ""), lease_dir / "wants")
     wanter.mark({NAME: (DEVICE, "mine")})
-    assert wanter.marked() == () and wanter.wanters({NAME}) == {}
+    # no lease directory yet: the leases make it, with its mode; marks make nothing and do nothing
+    assert wanter.marked() == () and wanter.wanters({NAME}) == {} and not lease_dir.exists()
+    prepare(lease_dir, shared=False)
+    wanter.mark({NAME: (DEVICE, "mine")})
+    assert wanter.marked() == (NAME,) and [p.parent.name for p in lease_dir.rglob("*.want-*")] == ["wants"]
+    assert set(plane(lease_dir / "wants").wanters({NAME})) == {NAME}
 
 
 def test_the_scan_of_the_shared_directory_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,3 +117,16 @@ def test_the_scan_of_the_shared_directory_is_bounded(tmp_path: Path, monkeypatch
     monkeypatch.setattr(wants, "MAX_ENTRIES", 100)
     assert len(wants._entries(tmp_path)) == 5
     assert wants._entries(tmp_path / "missing") == []
+
+
+def test_the_marks_folder_is_shared_when_the_lease_directory_is(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        for name, shared in (("shared", True), ("private", False)):
+            lease_dir = tmp_path / name
+            prepare(lease_dir, shared=shared)
+            WantMarks(Owner(os.getpid(), 1.0, "script", "", ""), lease_dir / "wants").mark({NAME: (DEVICE, "mine")})
+            mode = stat.S_IMODE((lease_dir / "wants").stat().st_mode)
+            assert mode == (0o1777 if shared else 0o755), (name, oct(mode))
+    finally:
+        os.umask(old)

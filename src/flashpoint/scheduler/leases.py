@@ -206,6 +206,8 @@ class DeviceLeases:
         self.root = root if root is not None else lease_dir()
         #: identity -> the open lock file this process holds it with
         self._held: dict[str, int] = {}
+        #: identity -> the device of each lease held
+        self._devices: dict[str, Device] = {}
         self._ready = False
         #: why leases are off (the directory cannot be used, no fcntl); "" while they work
         self.off = "" if fcntl is not None else "this platform has no fcntl.flock"
@@ -214,6 +216,10 @@ class DeviceLeases:
     def held(self) -> tuple[str, ...]:
         """The identities of the leases this process holds."""
         return tuple(self._held)
+
+    def held_devices(self) -> dict[str, Device]:
+        """The devices of the leases this process holds, by identity."""
+        return dict(self._devices)
 
     def acquire(self, name: str, device: Device, endpoint: str, worker: str) -> OtherProcess | None:
         """Take the lease of device ``name`` for ``worker`` of ``endpoint``: None when taken (or leases are off),
@@ -245,6 +251,7 @@ class DeviceLeases:
                 os.pwrite(fd, data, 0)
                 os.ftruncate(fd, len(data))
                 self._held[name] = fd
+                self._devices[name] = device
                 return None
         except OSError as exc:  # no locks on this file system (ENOLCK), a full disk: say so, and go on without
             os.close(fd)
@@ -256,6 +263,7 @@ class DeviceLeases:
     def release(self, name: str) -> None:
         """Give the lease of ``name`` back (its record is emptied first); one this object does not hold is ignored."""
         fd = self._held.pop(name, None)
+        self._devices.pop(name, None)
         if fd is None:
             return
         try:

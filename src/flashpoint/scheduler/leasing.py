@@ -27,7 +27,7 @@ from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, process_kind
 from flashpoint.scheduler.records import EndpointState, Worker
-from flashpoint.scheduler.wants import WantMarks
+from flashpoint.scheduler.wants import WANTS_DIR, WantMarks
 
 log = logging.getLogger("flashpoint.plane")
 
@@ -49,7 +49,6 @@ class DeviceLeasing(ABC):
     #: the devices this plane holds that another process waits for, with that process (``Device.key`` ->)
     wanted_elsewhere: dict[tuple[str, int], OtherProcess]
     endpoints: dict[str, EndpointState]
-    workers: dict[str, Worker]
 
     @abstractmethod
     def kick(self) -> None: ...
@@ -59,7 +58,7 @@ class DeviceLeasing(ABC):
         what its command line says (``process_kind``), reachable at ``url``."""
         self.leases = leases or DeviceLeases(Owner.this_process(process_kind(sys.argv, server), url))
         self._next_lease_check = 0.0
-        self.wants = WantMarks(self.leases.owner, self.leases.root)
+        self.wants = WantMarks(self.leases.owner, self.leases.root / WANTS_DIR)
         self.wanted_elsewhere = {}
 
     def _take_leases(self, worker: Worker) -> bool:
@@ -142,8 +141,7 @@ class DeviceLeasing(ABC):
             if name is not None and endpoint is not None:
                 wanted[name] = (device, endpoint)
         self.wants.mark(wanted)
-        held = set(self.leases.held())
-        mine = {n: d for w in self.workers.values() for d in w.devices if (n := identity(d)) is not None and n in held}
+        mine = self.leases.held_devices()
         found = {mine[name].key: process for name, process in self.wants.wanters(mine).items()}
         if found != self.wanted_elsewhere:
             for key in found.keys() - self.wanted_elsewhere.keys():

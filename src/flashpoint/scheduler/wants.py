@@ -3,7 +3,7 @@ holder's idle workers give the device up (DESIGN §3 rule 4, "an idle worker abo
 devices up at once when another endpoint waits for them", across processes; docs/architecture.md, "One owner per
 device").
 
-A mark is a file ``<lease dir>/<identity>.want-<pid>-<token>`` holding the wanter's record (``leases.record``: who
+A mark is a file ``<lease dir>/wants/<identity>.want-<pid>-<token>`` holding the wanter's record (``leases.record``: who
 it is, for which endpoint). The wanter refreshes it (its mtime) at every lease recheck while it waits and removes it
 when it stops waiting or closes; a mark whose process is dead, or that was not refreshed for ``FRESH_S`` seconds, is
 read as withdrawn. The holder reads the marks of the devices it holds at each recheck; its planner stops its idle
@@ -28,13 +28,15 @@ from pathlib import Path
 
 from flashpoint.explain import OtherProcess
 from flashpoint.scheduler.inventory import Device
-from flashpoint.scheduler.leases import Owner, read_record, record
+from flashpoint.scheduler.leases import Owner, prepare, read_record, record
 
-__all__ = ["FRESH_S", "MAX_ENTRIES", "WantMarks"]
+__all__ = ["FRESH_S", "MAX_ENTRIES", "WANTS_DIR", "WantMarks"]
 
+#: the folder of the lease directory marks live in (apart from the lock files, so a reader scans marks only)
+WANTS_DIR = "wants"
 #: a mark not refreshed for this long is read as withdrawn (its writer refreshes it twice a second while it waits)
 FRESH_S = 5.0
-#: the most entries of the lease directory looked at per recheck: a directory every user can fill stays a bounded read
+#: the most entries of the marks' folder looked at per recheck: a folder every user can fill stays a bounded read
 #: (past it, marks may go unseen: the device is then given up at its idle_timeout, as before marks)
 MAX_ENTRIES = 10_000
 #: the most of a mark read back (a record is a few hundred bytes)
@@ -45,13 +47,15 @@ _SEPARATOR = ".want-"
 class WantMarks:
     """This plane's marks on devices it waits for, and the marks other planes put on devices it holds.
 
-    One per plane: ``token`` tells two planes of one process apart. Every call is a few system calls; a directory
-    that cannot be used makes marks a no-op (leases say why, once).
+    One per plane: ``token`` tells two planes of one process apart. ``root`` is the marks' folder (``<lease
+    dir>/wants``), made at the first mark, sticky and world-writable as the lease directory is when that is the shared
+    default. Every call is a few system calls; a folder that cannot be used makes marks a no-op (leases say why).
     """
 
     def __init__(self, owner: Owner, root: Path) -> None:
         self.owner = owner
         self.root = root
+        self._ready = False
         self.token = secrets.token_hex(4)
         #: identity -> the open file of this plane's mark on it
         self._marks: dict[str, int] = {}
@@ -71,6 +75,8 @@ class WantMarks:
         made, kept ones refreshed, the others withdrawn."""
         for name in [n for n in self._marks if n not in wanted]:
             self._withdraw(name)
+        if wanted and not self._usable():
+            return
         for name, (device, endpoint) in wanted.items():
             fd = self._marks.get(name)
             if fd is not None:
@@ -123,6 +129,17 @@ class WantMarks:
             if process is not None:
                 found[name] = process
         return found
+
+    def _usable(self) -> bool:
+        if not self._ready:
+            try:
+                # the lease directory is the leases' to make, with its mode; the marks' folder is shared as it is
+                mode = stat.S_IMODE(os.stat(self.root.parent).st_mode)
+                prepare(self.root, shared=mode & 0o1777 == 0o1777)
+            except OSError:
+                return False
+            self._ready = True
+        return True
 
     def close(self) -> None:
         """Withdraw every mark."""
