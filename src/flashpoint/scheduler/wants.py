@@ -48,8 +48,8 @@ class WantMarks:
     """This plane's marks on devices it waits for, and the marks other planes put on devices it holds.
 
     One per plane: ``token`` tells two planes of one process apart. ``root`` is the marks' folder (``<lease
-    dir>/wants``), made at the first mark, sticky and world-writable as the lease directory is when that is the shared
-    default. Every call is a few system calls; a folder that cannot be used makes marks a no-op (leases say why).
+    dir>/wants``), made at the first mark (never the lease directory itself), sticky and world-writable when the lease
+    directory is. Every call is a few system calls; a folder that cannot be used makes marks a no-op.
     """
 
     def __init__(self, owner: Owner, root: Path) -> None:
