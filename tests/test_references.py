@@ -9,7 +9,11 @@ from typing import Any
 
 import pytest
 
-from flashpoint.references import referenced
+from flashpoint import Endpoint
+from flashpoint.endpoint import EndpointFunction
+from flashpoint.errors import InvalidEndpointError
+from flashpoint.references import referenced, register_named
+from flashpoint.spec import EndpointSpec, WorkerTarget
 
 
 class Marker:
@@ -156,3 +160,50 @@ def test_a_function_of_another_module_is_not_followed() -> None:
 
 def calls_far() -> Any:
     return FAR()  # type: ignore[name-defined]  # noqa: F821 - set by the test above
+
+
+# register_named: real Endpoint handles, and a connection that records what it is asked to register
+
+
+@Endpoint(name="ref-leaf", cpu="cpu3c-1-2")
+async def leaf(x: int) -> int:
+    return x
+
+
+@Endpoint(name="ref-broken", cpu="cpu3c-1-2")
+async def broken(x: int) -> int:
+    return x
+
+
+@Endpoint(name="ref-middle", cpu="cpu3c-1-2")
+async def middle(x: int) -> int:
+    return await leaf(x) + await broken(x)
+
+
+@Endpoint(name="ref-top", cpu="cpu3c-1-2")
+async def top(x: int) -> int:
+    return await middle(x) + await leaf(x) + await top(x - 1) if x else 0
+
+
+class Recording:
+    """The part of a Connection ``register_named`` uses: it records each registration, refusing ``refuse``."""
+
+    def __init__(self, refuse: str) -> None:
+        self.refuse = refuse
+        self.registered: list[str] = []
+
+    async def register(self, spec: EndpointSpec, target: WorkerTarget) -> None:
+        self.registered.append(spec.name)
+        if spec.name == self.refuse:
+            raise InvalidEndpointError("already registered with other options")
+
+
+async def test_register_named_registers_what_the_code_names_transitively_each_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    conn = Recording(refuse="ref-broken")
+    await register_named(conn, top, lambda value: isinstance(value, EndpointFunction))  # type: ignore[arg-type]
+    # top names middle and leaf (and itself, skipped); middle names leaf (once already) and broken
+    assert conn.registered == ["ref-middle", "ref-leaf", "ref-broken"]
+    # the one that failed is said, and the others were registered all the same
+    assert "'ref-broken', which 'ref-top''s code calls, is not registered" in caplog.text

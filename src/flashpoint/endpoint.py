@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-import logging
 import os
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -21,11 +20,11 @@ from flashpoint.connection import Connection, ServerConnection
 from flashpoint.default_connection import connect
 from flashpoint.endpointclient import ClientMethods, closing
 from flashpoint.endpointjob import EndpointJob, run_job, runsync_job, with_webhook
-from flashpoint.errors import Error, InvalidEndpointError
+from flashpoint.errors import InvalidEndpointError
 from flashpoint.jobhandle import JobHandle, job_result
 from flashpoint.jobs import JobView
 from flashpoint.mapping import MapMethods
-from flashpoint.references import referenced
+from flashpoint.references import register_named
 from flashpoint.routes import RouteMethods
 from flashpoint.spec import (
     NAME,
@@ -44,8 +43,6 @@ from flashpoint.spec import (
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _B = TypeVar("_B", bound="_Bound")
@@ -263,7 +260,7 @@ class _Bound:
         conn = connect()
         await conn.register(self.spec, self.worker_target())
         if getattr(conn, "hosts_code", False):  # (a Connection of before the attribute uploads nothing)
-            await _register_called(conn, self)
+            await register_named(conn, self, lambda value: isinstance(value, _Bound))
         self._conn = conn
         return conn
 
@@ -308,35 +305,6 @@ class _Bound:
         conn = await self._connect()
         async for chunk in closing(conn.stream(self.spec.name, payload, extra)):
             yield chunk
-
-
-async def _register_called(conn: Connection, handle: _Bound) -> None:
-    """Register on ``conn`` the endpoints ``handle``'s code names, and theirs in turn: code in its worker may call
-    them, and a worker cannot hand a plane code (``references.py``). One that cannot register is left to fail when
-    called, with a warning now."""
-    pending, done = [handle], {handle.spec.name}
-    while pending:
-        for other in referenced_by(pending.pop()):
-            if other.spec.name in done:
-                continue
-            done.add(other.spec.name)
-            pending.append(other)
-            try:
-                await conn.register(other.spec, other.worker_target())
-            except Error as exc:
-                log.warning(
-                    "endpoint %r, which %r's code calls, is not registered: %s", other.spec.name, handle.spec.name, exc
-                )
-
-
-def referenced_by(handle: _Bound) -> list[_Bound]:
-    """The endpoint handles the code of ``handle``'s functions and classes names (other than its own)."""
-    found: dict[int, _Bound] = {}
-    for member in handle.targets().values():
-        for other in referenced(member._target_obj, lambda value: isinstance(value, _Bound)):
-            if other.spec.name != handle.spec.name:
-                found.setdefault(id(other), other)
-    return list(found.values())
 
 
 def _extra(init: Any = None) -> dict[str, Any]:

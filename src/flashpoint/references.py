@@ -6,14 +6,34 @@ handed code; so when the first endpoint registers, the endpoints its code names 
 (``endpoint._Bound._connect``). ``referenced`` finds them without running anything: the global names in the code
 (nested functions, lambdas and comprehensions included), closure cells, one attribute level of a module it names
 (``tasks.classify``), and the helper functions and classes of the same module that the code calls in turn.
+``register_named`` registers them on a connection, and the ones their code names in turn.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from flashpoint.errors import Error
+
+if TYPE_CHECKING:
+    from flashpoint.connection import Connection
+    from flashpoint.spec import EndpointSpec, WorkerTarget
+
+log = logging.getLogger("flashpoint.endpoint")
+
+
+class Handle(Protocol):
+    """What ``register_named`` needs of an endpoint handle (``endpoint._Bound``)."""
+
+    spec: EndpointSpec
+    _target_obj: Any
+
+    def targets(self) -> dict[str, Any]: ...
+    def worker_target(self) -> WorkerTarget: ...
 
 
 def referenced(target: object, wanted: Callable[[object], bool]) -> list[Any]:
@@ -39,6 +59,30 @@ def referenced(target: object, wanted: Callable[[object], bool]) -> list[Any]:
 
     visit(_function_of(target))
     return list(found.values())
+
+
+async def register_named(conn: Connection, handle: Handle, is_handle: Callable[[object], bool]) -> None:
+    """Register on ``conn`` the endpoint handles (``is_handle``) that ``handle``'s functions and classes name, and
+    the ones their code names in turn: code in its worker may call them, and a worker cannot hand a plane code. One
+    that cannot register is left to fail when called, with a warning now."""
+    pending, done = [handle], {handle.spec.name}
+    while pending:
+        current = pending.pop()
+        for member in current.targets().values():
+            for other in referenced(member._target_obj, is_handle):
+                if other.spec.name in done:
+                    continue
+                done.add(other.spec.name)
+                pending.append(other)
+                try:
+                    await conn.register(other.spec, other.worker_target())
+                except Error as exc:
+                    log.warning(
+                        "endpoint %r, which %r's code calls, is not registered: %s",
+                        other.spec.name,
+                        handle.spec.name,
+                        exc,
+                    )
 
 
 def _function_of(member: object) -> object:
