@@ -31,6 +31,7 @@ from flashpoint.scheduler.leases import (
     identity,
     lease_dir,
     prepare,
+    process_alive,
     process_kind,
     read_record,
 )
@@ -470,3 +471,11 @@ def test_two_users_share_the_default_directory_and_exclude_each_other(world_dir:
     finally:
         end_holder(child)
     assert mine.holder(name) is None
+
+
+def test_process_alive() -> None:
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert process_alive(os.getpid()) is True
+    assert process_alive(1) is True  # init: another user's (or root's) process still counts
+    for gone in (int(finished.stdout), 0, -1):
+        assert process_alive(gone) is False, gone

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import httpx
 from flashpoint.client import error_for
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, Error, NotFoundError
+from flashpoint.scheduler.leases import process_alive
 
 #: seconds to wait for a plane's answer; planes answer from memory, so anything slower means it is stuck
 TIMEOUT_S = 5.0
@@ -119,22 +119,6 @@ class Unreachable(Error):
     """A plane does not answer: its process is alive but stuck (or the pid was reused), or nothing listens at --url."""
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process there; let the HTTP call decide
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
-
-
 def _pid_from_name(path: Path) -> int:
     head = path.stem.partition("-")[0]
     return int(head) if head.isdigit() else -1
@@ -170,10 +154,10 @@ def live_planes(settings: Settings) -> list[LivePlane]:
             plane = _read(path)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             # Unreadable: half-written by a starting plane, or garbage. Only a dead writer's file is removed.
-            if not _alive(_pid_from_name(path)):
+            if not process_alive(_pid_from_name(path)):
                 path.unlink(missing_ok=True)
             continue
-        if plane.pid is None or not _alive(plane.pid):
+        if plane.pid is None or not process_alive(plane.pid):
             path.unlink(missing_ok=True)
             continue
         planes.append(plane)

@@ -134,6 +134,24 @@ def process_started(pid: int | None = None) -> float | None:
         return None
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's too). On Windows, where ``os.kill(pid, 0)`` would end the
+    process, it is taken to be alive."""
+    if pid <= 0:
+        return False
+    if sys.platform == "win32":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # records
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from flashpoint.explain import OtherProcess
 from flashpoint.scheduler.inventory import Device
-from flashpoint.scheduler.leases import Owner, prepare, read_record, record
+from flashpoint.scheduler.leases import Owner, prepare, process_alive, read_record, record
 
 __all__ = ["FRESH_S", "MAX_ENTRIES", "WANTS_DIR", "WantMarks"]
 
@@ -112,7 +112,7 @@ class WantMarks:
             if not separator or name not in names or name in found or entry.name.endswith(self.suffix):
                 continue
             pid_text = who.partition("-")[0]
-            if not pid_text.isdigit() or int(pid_text) <= 0:
+            if not pid_text.isdigit():
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
@@ -120,7 +120,7 @@ class WantMarks:
                 continue
             if not stat.S_ISREG(info.st_mode):
                 continue
-            if not _alive(int(pid_text)):
+            if not process_alive(int(pid_text)):
                 _unlink(Path(entry.path))
                 continue
             if now - info.st_mtime > FRESH_S:
@@ -179,16 +179,6 @@ def _entries(root: Path) -> list[os.DirEntry[str]]:
             return list(itertools.islice(listing, MAX_ENTRIES))
     except OSError:
         return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _unlink(path: Path) -> None:
