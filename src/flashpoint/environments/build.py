@@ -182,29 +182,23 @@ def build_environment(
     # uv reads its own configuration from the working directory upwards: run it where no project's pyproject.toml is
     env = {**os.environ, **options.env, "NO_COLOR": "1"}
     env.pop("VIRTUAL_ENV", None)
-    code = _run(
+
+    def step(command: list[str], failure: str) -> None:
+        code = _run(command, env=env, cwd=cwd, on_line=on_line, tail=tail, stop=stop)
+        if code != 0:
+            raise BuildFailed(failure, returncode=code, tail=tail)
+
+    step(
         [uv, "venv", "--quiet", "--relocatable", "--no-python-downloads", "--python", python, str(target)],
-        env=env,
-        cwd=cwd,
-        on_line=on_line,
-        tail=tail,
-        stop=stop,
+        f"uv could not create a virtual environment for {python}",
     )
-    if code != 0:
-        raise BuildFailed(f"uv could not create a virtual environment for {python}", returncode=code, tail=tail)
     interpreter = env_python(target)
     if requirements:
         install = [uv, "pip", "install", "--python", str(interpreter), "--no-progress", "--color", "never"]
-        code = _run(
+        step(
             [*install, "--no-python-downloads", *options.args, "--", *requirements],
-            env=env,
-            cwd=cwd,
-            on_line=on_line,
-            tail=tail,
-            stop=stop,
+            "uv could not install the requirements",
         )
-        if code != 0:
-            raise BuildFailed("uv could not install the requirements", returncode=code, tail=tail)
     purelib, _ = _check(interpreter, env, cwd, stop)
     # lines of a .pth are appended to sys.path after the directory holding it: the environment's pins win
     (Path(purelib) / PTH_NAME).write_text("".join(f"{path}\n" for path in inherit), encoding="utf-8")
