@@ -513,6 +513,8 @@ class DevServer:
         worker_env["PYTHONDONTWRITEBYTECODE"] = "1"
         sock = bind_port(self.host, self.port)
         bound, port = sock.getsockname()[:2]
+        # where processes of this machine reach it (its workers, the CLI): loopback for a wildcard bind
+        local_url = http_url("127.0.0.1" if bound in ("0.0.0.0", "::") else bound, port)
         plane = ControlPlane(
             MemoryJobStore(),
             backend,
@@ -521,7 +523,7 @@ class DevServer:
             worker_env=worker_env,
             parent_pid=parent_pid,
             node=settings.node,
-            base_url=settings.worker_url or http_url("127.0.0.1" if bound in ("0.0.0.0", "::") else bound, port),
+            base_url=settings.worker_url or local_url,
             route_ready_timeout_s=settings.route_ready_timeout_s,
         )
         code_dir = tempfile.TemporaryDirectory(prefix="flashpoint-dev-")
@@ -537,8 +539,7 @@ class DevServer:
             await plane.start()
             session.apply(project)
             # announced before the line that says it serves: whoever waits for that line finds the file
-            cli_url = http_url("127.0.0.1" if bound in ("0.0.0.0", "::") else bound, port)
-            path = announce(settings.state_dir / "run", url=cli_url, key=cli_key, app=str(self.root), kind="dev")
+            path = announce(settings.state_dir / "run", url=local_url, key=cli_key, app=str(self.root), kind="dev")
             if path is not None:
                 announced.append(path)
             self._announce(session.layout, url, port, plane)
