@@ -80,6 +80,10 @@ async def test_a_queue_function_awaits_another_on_the_embedded_server(
 ) -> None:
     embedded = make_embedded(fanout_app.FLEET)
     # the script calls fanout-pair only: the embedded plane registers fanout-classify with it, as pair's code names it
-    got = await fanout_app.classify_pair("abc")
+    job = await fanout_app.classify_pair.run("abc")
+    got = await job.result(timeout=120)
     assert got == [{"label": "short", "gpu": "NVIDIA H200"}, {"label": "long", "gpu": "NVIDIA H200"}]
     assert {"fanout-pair", "fanout-classify"} <= set(embedded.plane.endpoints)
+    # the worker's calls (a submit and a long-poll each) leave no httpx request lines in the job's log
+    logs = embedded.plane.job(job.id).logs
+    assert not any("HTTP Request" in line for line in logs), logs

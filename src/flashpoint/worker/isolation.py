@@ -22,12 +22,17 @@ while the process still has one thread.
   plane's own hold (a worker retiring after its endpoint was redeclared with other dependencies).
 
 Nothing here raises: a step that cannot be done is logged to stderr and skipped (the worker still runs).
+
+``configure_logging`` is the logging of flashpoint's own worker processes (the runtime and the route server; a user's
+command keeps its own): INFO lines on stderr, which reach the plane as the job's log lines, without ``httpx``'s line
+per request (the client code in a worker calls other endpoints with, every poll of a wait included).
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import sys
 from collections.abc import MutableMapping
@@ -87,6 +92,12 @@ def hold_environment(path: str) -> bool:
         return False
     _environment_hold = fd
     return True
+
+
+def configure_logging() -> None:
+    """INFO and above on stderr, ``level name: message``; ``httpx`` at WARNING."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def pin(text: str) -> tuple[int, ...]:

@@ -65,7 +65,7 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace", line_buffering=True)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    isolation.configure_logging()
     host, port, max_body = _settings(env)
     problem = dependency_problem(
         json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]")),

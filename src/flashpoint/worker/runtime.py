@@ -390,7 +390,7 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
             reconfigure(errors="backslashreplace")
     sys.stdout = TaggedStream(sys.stdout)
     sys.stderr = TaggedStream(sys.stderr)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    isolation.configure_logging()
     target = load_target(import_path, pickle_file)
     dependencies = json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]"))
     system = json.loads(env.get("FLASHPOINT_SYSTEM_DEPENDENCIES", "[]"))
