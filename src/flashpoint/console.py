@@ -10,6 +10,9 @@ at INFO on the ``flashpoint.jobs`` logger (failures at WARNING), so ``--log-leve
 Worker lines: a Runpod handler worker prints its own log lines (``DEBUG  | ...``, or JSON ``{"level": "DEBUG", ...}``
 when it believes it runs on Runpod); ``line_level`` reads that level so the plane logs each line at its own level, and a
 console at INFO shows no worker DEBUG chatter unless ``--log-level debug`` asks for it.
+
+Every line the console prints is inert (``terminal.InertFormatter``): worker lines, jobs' errors and tracebacks, and
+other processes' lease records quoted in the plane's warnings come from others.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 from collections.abc import Callable
 
 from flashpoint.jobs import JobStatus, JobView
+from flashpoint.terminal import InertFormatter
 
 log = logging.getLogger("flashpoint.jobs")
 
@@ -87,10 +91,19 @@ def line_level(line: str) -> int:
 
 
 LEVEL_NAMES = ("debug", "info", "warning", "error")
+#: the console's line: when, which logger, the level, the message
+FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
+
+
+def inert_handler(fmt: str = FORMAT) -> logging.Handler:
+    """A handler on stderr whose lines are inert: what a console (``serve``, ``dev``) logs through."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(InertFormatter(fmt))
+    return handler
 
 
 def configure(level: str) -> Callable[[JobView], None]:
     """The console's logging at ``level`` (one of ``LEVEL_NAMES``); the listener to give the plane."""
-    logging.basicConfig(level=getattr(logging, level.upper()), format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[inert_handler()])
     logging.getLogger().setLevel(getattr(logging, level.upper()))
     return log_finished

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import IO, TYPE_CHECKING, Any
 
 from flashpoint.jobs import JobStatus
+from flashpoint.terminal import inert
 
 if TYPE_CHECKING:
     from flashpoint.connection import Connection
@@ -41,8 +42,9 @@ def interactive(stream: IO[str] | None = None) -> bool:
 
 
 def waiting_text(summary: str) -> str:
-    """The live line's words for an explanation's summary."""
-    return f"waiting in the queue: {summary}"
+    """The live line's words for an explanation's summary, on one line and inert (it may name other processes that
+    hold the devices, from their lease records)."""
+    return f"waiting in the queue: {inert(summary, lines=False)}"
 
 
 @contextlib.asynccontextmanager

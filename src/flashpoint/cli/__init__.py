@@ -15,6 +15,7 @@ import typer
 from flashpoint._version import __version__
 from flashpoint.cli import dev, env, explain, gpus, jobs, run, serve, status
 from flashpoint.errors import Error
+from flashpoint.terminal import inert
 
 __all__ = ["app", "main"]
 
@@ -59,11 +60,11 @@ def _root(
 def main(args: Sequence[str] | None = None) -> None:
     """Run the CLI: ``flashpoint ...`` and ``python -m flashpoint ...``.
 
-    A flashpoint ``Error`` is what the user can act on, so it becomes ``Error: <message>`` on stderr and exit code 1;
-    anything else is a bug and keeps its traceback.
+    A flashpoint ``Error`` is what the user can act on, so it becomes ``Error: <message>`` on stderr and exit code 1
+    (inert: the message may quote a plane's answer or a job's error); anything else is a bug and keeps its traceback.
     """
     try:
         app(args=list(args) if args is not None else None, prog_name="flashpoint")
     except Error as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        print(inert(f"Error: {exc}"), file=sys.stderr)
         sys.exit(1)

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from flashpoint.cli.output import console, print_json
 from flashpoint.environments import CacheEntry, EnvironmentCache
+from flashpoint.terminal import inert
 
 app = typer.Typer(
     name="env",
@@ -152,19 +153,21 @@ def prune(
     started = time.monotonic()
     if failed and not everything:
         for key in cache.forget_failures():
-            print(f"forgot the failed build {key}")
+            print(inert(f"forgot the failed build {key}"))
     if days is None and not everything:
         return
     report = cache.prune(unused_for_s=None if days is None else days * 86400, everything=everything)
     for key in report.removed:
-        print(f"removed {key}")
+        print(inert(f"removed {key}"))
     for key in report.in_use:
         print(
-            f"kept {key}: in use by a running control plane (an endpoint's workers run in it); stop the plane that "
-            "uses it (its `flashpoint serve`, or the script that embeds it) and prune again"
+            inert(
+                f"kept {key}: in use by a running control plane (an endpoint's workers run in it); stop the plane "
+                "that uses it (its `flashpoint serve`, or the script that embeds it) and prune again"
+            )
         )
     for key in report.busy:
-        print(f"kept {key}: it is being built (its lock is held); prune again once the build ends")
+        print(inert(f"kept {key}: it is being built (its lock is held); prune again once the build ends"))
     print(
         f"{len(report.removed)} removed, {len(report.busy)} busy, {len(report.in_use)} in use, "
         f"in {time.monotonic() - started:.1f} s"

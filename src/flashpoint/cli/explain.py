@@ -42,6 +42,7 @@ from flashpoint.scheduler.inventory import Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.placement import CpuFit, NoFit, endpoint_notes, never_candidates, place_endpoint
 from flashpoint.scheduler.views import never_summary
 from flashpoint.spec import EndpointSpec
+from flashpoint.terminal import inert
 from flashpoint.whatif import Row, Verdict, what_if
 
 #: what ``explain`` adds when no process runs
@@ -153,7 +154,8 @@ def explain(
 
 
 def render_items(items: list[Item]) -> Text:
-    """The explanations as text, under a ``== source`` line per process (what ``--watch`` redraws)."""
+    """The explanations as text, under a ``== source`` line per process (what ``--watch`` redraws); inert, since
+    they quote other processes' lease records and the planes' answers."""
     lines: list[str] = []
     source = None
     for item in items:
@@ -161,7 +163,7 @@ def render_items(items: list[Item]) -> Text:
             lines.append(f"== {item.source}\n")
             source = item.source
         lines.append(f"{item}\n\n")
-    return Text("".join(lines))
+    return Text(inert("".join(lines)))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -405,7 +407,7 @@ def _live(
 
     def note(text: str) -> None:
         if notes is None:
-            print(text, file=sys.stderr)
+            print(inert(text), file=sys.stderr)
         else:
             notes.append(text)
 

@@ -32,6 +32,7 @@ from flashpoint.config import Settings
 from flashpoint.fleet import discover_fleet
 from flashpoint.gpus import MODELS, GpuGroup, pool_models
 from flashpoint.scheduler.inventory import Fleet, Node
+from flashpoint.terminal import inert_data
 
 
 def gpus(
@@ -100,7 +101,9 @@ def collect(url: str | None, key: str | None, notes: list[str] | None) -> tuple[
 
 
 def render(source: str, fleets: Sequence[dict[str, Any]], settings: Settings) -> list[RenderableType]:
-    """What ``flashpoint gpus`` prints (and redraws with --watch): per fleet, its devices, models and nodes."""
+    """What ``flashpoint gpus`` prints (and redraws with --watch): per fleet, its devices, models and nodes; their
+    texts inert (holders, nodes and labels come from the planes)."""
+    fleets = inert_data(fleets)
     parts: list[RenderableType] = []
     for fleet in fleets:
         rows = fleet["devices"]

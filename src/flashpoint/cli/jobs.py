@@ -4,6 +4,9 @@
 Jobs are read through the native ``/v1`` API; cancel, retry and call use Runpod's ``/v2/{endpoint}/...`` routes,
 which every plane serves (a script's embedded plane too).
 
+What a job holds (its output, error, traceback and log lines) is printed inert (``flashpoint.terminal``); ``--json``
+prints it exactly, and ``call`` prints the output as JSON whose escapes parse back to it exactly.
+
 Edge module: may import anything in flashpoint, plus typer, rich and httpx (through ``cli.live``).
 """
 
@@ -34,6 +37,7 @@ from flashpoint.cli.target import (
 )
 from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.jobs import JobStatus
+from flashpoint.terminal import inert, inert_data, json_text
 
 #: seconds one ``/v1/jobs/{id}/wait`` long-poll is held while ``call`` waits (the server allows 60)
 CALL_HOLD_S = 50.0
@@ -89,7 +93,8 @@ def jobs(
     table = Table(title_justify="left", padding=(0, 1))
     for column in ("id", "endpoint", "status", "created", "waited", "ran", "where", *(("process",) if several else ())):
         table.add_column(column, justify="right" if column in ("waited", "ran") else "left", no_wrap=column == "id")
-    for plane, job in listed:
+    for plane, raw in listed:
+        job = inert_data(raw)
         table.add_row(
             job["id"],
             Text(job["endpoint"]),
@@ -149,8 +154,9 @@ def timeline(body: dict[str, Any]) -> str:
     return " -> ".join(parts)
 
 
-def job_view(plane: LivePlane, body: dict[str, Any]) -> RenderableType:
-    """What ``flashpoint job ID`` draws."""
+def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
+    """What ``flashpoint job ID`` draws: the job's texts inert, its output as terminal-safe JSON."""
+    body = inert_data(raw)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -173,7 +179,7 @@ def job_view(plane: LivePlane, body: dict[str, Any]) -> RenderableType:
         parts.extend(Text(f"  {r['candidate']}: {r['code']} ({r['detail']})") for r in body["explanation"]["reasons"])
     if body.get("output") is not None:
         parts.append(Text("output:", style="bold"))
-        parts.append(Text(json.dumps(body["output"], indent=2, ensure_ascii=False)))
+        parts.append(Text(json_text(raw["output"])))
     if body.get("error"):
         error = body["error"]
         parts.append(Text(f"error: {error.get('type')}: {error.get('message')}", style="red"))
@@ -199,7 +205,7 @@ def logs(
         while True:
             lines: list[str] = body.get("logs") or []
             for line in lines[shown:]:
-                print(line, flush=True)
+                print(inert(line), flush=True)
             shown = max(shown, len(lines))
             if not follow or JobStatus(body["status"]).terminal:
                 break
@@ -210,7 +216,7 @@ def logs(
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if follow:
-        print(f"-- job {job_id} {body['status']}", file=sys.stderr)
+        print(inert(f"-- job {job_id} {body['status']}"), file=sys.stderr)
     # a log that was cut ends with the plane's own line saying so (jobs.LOG_CUT), printed with the rest
 
 
@@ -222,17 +228,17 @@ def cancel(job_id: JobIdArgument, url: UrlOption = None, key: KeyOption = None) 
     """Cancel a job: a queued one leaves its queue, a running one's worker is told to stop it."""
     plane, body = find_job(required_planes(url, key), job_id)
     if JobStatus(body["status"]).terminal:
-        print(f"job {job_id} had already ended {body['status']}; nothing to cancel")
+        print(inert(f"job {job_id} had already ended {body['status']}; nothing to cancel"))
         return
     answer = plane.request("POST", f"/v2/{seg(body['endpoint'])}/cancel/{seg(job_id)}")
-    print(f"job {job_id} {answer.get('status', 'CANCELLED')}")
+    print(inert(f"job {job_id} {answer.get('status', 'CANCELLED')}"))
 
 
 def retry(job_id: JobIdArgument, url: UrlOption = None, key: KeyOption = None) -> None:
     """Put a FAILED or TIMED_OUT job back in its queue, with the same id and input."""
     plane, body = find_job(required_planes(url, key), job_id)
     answer = plane.request("POST", f"/v2/{seg(body['endpoint'])}/retry/{seg(job_id)}")
-    print(f"job {job_id} {answer.get('status', 'IN_QUEUE')} again; follow it with: flashpoint logs -f {job_id}")
+    print(inert(f"job {job_id} {answer.get('status', 'IN_QUEUE')} again; follow it with: flashpoint logs -f {job_id}"))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -271,34 +277,36 @@ def call(
     answer = plane.request("POST", f"/v2/{seg(endpoint)}/run", body={"input": payload})
     job_id = str(answer["id"])
     if run_async:
-        print(job_id)
+        print(inert(job_id, lines=False))
         return
-    print(f"job {job_id} on {describe(plane)}", file=sys.stderr)
+    print(inert(f"job {job_id} on {describe(plane)}"), file=sys.stderr)
     try:
         body = _wait(plane, job_id, timeout)
     except KeyboardInterrupt:
         print(
-            f"\nstopped waiting; job {job_id} goes on: flashpoint job {job_id}, flashpoint cancel {job_id}",
+            inert(f"\nstopped waiting; job {job_id} goes on: flashpoint job {job_id}, flashpoint cancel {job_id}"),
             file=sys.stderr,
         )
         raise typer.Exit(130) from None
     status = body["status"]
     if status == "COMPLETED":
-        print(json.dumps(body.get("output"), indent=2, ensure_ascii=False))
+        print(json_text(body.get("output")))
         return
     if status in ("IN_QUEUE", "IN_PROGRESS"):
         why = (body.get("explanation") or {}).get("summary")
         print(
-            f"job {job_id} is still {status} after {timeout:g} s{': ' + why if why else ''}; it goes on: "
-            f"flashpoint job {job_id}",
+            inert(
+                f"job {job_id} is still {status} after {timeout:g} s{': ' + why if why else ''}; it goes on: "
+                f"flashpoint job {job_id}"
+            ),
             file=sys.stderr,
         )
         raise typer.Exit(1)
     error = body.get("error") or {}
     detail = f": {error.get('type')}: {error.get('message')}" if error else ""
-    print(f"job {job_id} {status} ({body.get('reason')}){detail}", file=sys.stderr)
+    print(inert(f"job {job_id} {status} ({body.get('reason')}){detail}"), file=sys.stderr)
     if error.get("traceback"):
-        print(error["traceback"].rstrip(), file=sys.stderr)
+        print(inert(error["traceback"].rstrip()), file=sys.stderr)
     raise typer.Exit(1)
 
 

@@ -1,5 +1,9 @@
-"""Output helpers shared by the commands: a rich console sized for pipes, JSON printing, fleet rows, times, and
-``--watch`` (a view redrawn with rich's Live).
+"""Output helpers shared by the commands: a rich console sized for pipes that prints text inert, JSON printing, fleet
+rows, times, and ``--watch`` (a view redrawn with rich's Live).
+
+Human output is inert (``flashpoint.terminal``): the console escapes every string it is given (cells, titles, lines)
+and reads no markup in them, and the commands build their ``Text`` from bodies made inert (``inert_data``). JSON output
+(``--json``, ``print_json``) is the exact data: its ASCII-only encoding escapes every control character itself.
 
 Edge module: may import anything in flashpoint, plus typer and rich.
 """
@@ -19,6 +23,7 @@ from rich.text import Text
 
 from flashpoint.errors import Error
 from flashpoint.scheduler.inventory import Device
+from flashpoint.terminal import inert
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 WatchOption = Annotated[
@@ -33,11 +38,20 @@ CountOption = Annotated[
 ]
 
 
+class InertConsole(Console):
+    """A console that takes every string as plain text made ``inert``: no markup (``[link=...]`` in a job's output
+    stays text) and no control character reaches the terminal. Our own styles come as ``Text`` and ``Style``."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(inert(text), **{**options, "markup": False})
+
+
 def console() -> Console:
-    """A console on the current stdout; when stdout is not a terminal, wide enough that tables never wrap."""
-    out = Console(highlight=False, emoji=False)
+    """A console on the current stdout that prints text inert; when stdout is not a terminal, wide enough that tables
+    never wrap."""
+    out = InertConsole(highlight=False, emoji=False, markup=False)
     if not out.is_terminal:
-        out = Console(highlight=False, emoji=False, width=200)
+        out = InertConsole(highlight=False, emoji=False, markup=False, width=200)
     return out
 
 
@@ -108,7 +122,7 @@ def watch(render: Callable[[], RenderableType], *, interval: float, count: int |
         try:
             view = render()
         except Error as exc:
-            view = Text(f"Error: {exc}")
+            view = Text(inert(f"Error: {exc}"))
         footer = Text(f"every {interval:g} s, Ctrl-C to stop; drawn at {datetime.now():%H:%M:%S}", style="dim")
         return Group(view, footer)
 

@@ -25,6 +25,7 @@ from flashpoint import flashalias
 from flashpoint.discovery import load_module
 from flashpoint.endpoint import EndpointClass, EndpointFunction
 from flashpoint.errors import ConfigError, JobFailedError
+from flashpoint.terminal import inert, json_text
 
 #: the command's click settings: every word after SCRIPT is the script's (``flashpoint run app.py --help`` hands
 #: ``--help`` to app.py), while ``flashpoint run --help`` still shows this command's help
@@ -114,11 +115,12 @@ def run_script(script: Path, args: Sequence[str]) -> None:
 
 
 def _print_traceback(exc: BaseException, filename: str) -> None:
-    """What `python SCRIPT` prints: the traceback from the file's own frames on."""
+    """What `python SCRIPT` prints: the traceback from the file's own frames on, inert (its message may quote a job's
+    error)."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != filename:
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+    sys.stderr.write(inert("".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -237,7 +239,7 @@ def call_function(source: str, name: str, words: Sequence[str]) -> None:
             raise
         except JobFailedError as exc:
             if exc.remote_traceback:
-                print(exc.remote_traceback.rstrip(), file=sys.stderr)
+                print(inert(exc.remote_traceback.rstrip()), file=sys.stderr)
             raise
         except BaseException as exc:
             _print_traceback(exc, str(getattr(sys.modules.get(getattr(fn, "__module__", "")), "__file__", "")))
@@ -259,8 +261,8 @@ def _print_chunks(chunks: Iterator[Any]) -> None:
 
 
 def _shown(value: Any, indent: int | None = 2) -> str:
-    """A result as JSON when it is JSON, else its repr."""
+    """A result as JSON when it is JSON (whose escapes parse back to it exactly), else its repr, inert."""
     try:
-        return json.dumps(value, indent=indent, ensure_ascii=False)
+        return json_text(value, indent=indent)
     except (TypeError, ValueError):
-        return repr(value)
+        return inert(repr(value))

@@ -29,6 +29,7 @@ from flashpoint.cli.output import (
 )
 from flashpoint.cli.target import KeyOption, UrlOption, ask, planes
 from flashpoint.config import Settings
+from flashpoint.terminal import inert_data
 
 
 def status(
@@ -188,7 +189,8 @@ def header(body: dict[str, Any]) -> Text:
 
 
 def render(bodies: Sequence[dict[str, Any]], notes: Sequence[str]) -> RenderableType:
-    """What ``flashpoint status`` draws (and redraws with --watch)."""
+    """What ``flashpoint status`` draws (and redraws with --watch), the planes' texts inert."""
+    bodies = inert_data(bodies)
     parts: list[RenderableType] = []
     if not bodies:
         parts.append(Text(no_plane_message(Settings.load())))

@@ -19,6 +19,7 @@ import typer
 from flashpoint.cli.live import URL, LivePlane, Unreachable, describe, live_planes, no_plane_message
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, NotFoundError
+from flashpoint.terminal import inert
 
 UrlOption = Annotated[
     str | None,
@@ -81,7 +82,7 @@ def ask(plane: LivePlane, path: str, params: dict[str, str] | None = None, notes
     except Unreachable as exc:
         if plane.kind == URL:
             raise
-        warning = f"warning: {exc}; skipped"
+        warning = inert(f"warning: {exc}; skipped")  # the error may quote what the plane answered
         if notes is None:
             print(warning, file=sys.stderr)
         else:
