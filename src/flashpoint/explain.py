@@ -46,29 +46,53 @@ class Code(str, Enum):
 NEVER_CODES = frozenset({Code.NOT_IN_FLEET, Code.CPU_TOO_LARGE, Code.DATACENTER, Code.CUDA_VERSION})
 
 
+#: ``OtherProcess.kind`` of a holder the kernel names (its pid and user) whose lease record does not name it
+KERNEL_FACTS = "process"
+#: ``OtherProcess.kind`` of a lock file that is not one flashpoint made (a link, another mode): held by its owner
+LOCK_FILE = "lock file"
+#: ``OtherProcess.kind`` of a lease directory that cannot be trusted or used: this process leases nothing there
+LEASE_DIRECTORY = "lease directory"
+
+
 @dataclass(frozen=True, slots=True)
 class OtherProcess:
-    """Another flashpoint process of this machine that holds a device: what its lease record says
-    (``scheduler/leases.py``; docs/architecture.md, "One owner per device")."""
+    """Who holds a device another flashpoint process of this machine could hold (``scheduler/leases.py``;
+    docs/architecture.md, "One owner per device"): a process the kernel names, described by its lease record when
+    the record is its own; or, with pid 0, a lock file or lease directory this process cannot trust (``kind``)."""
 
-    #: 0 when the record could not be read (the holder is still a live process: its lock is held)
+    #: the holder's pid, from the kernel (0 when no process is known: see ``kind``)
     pid: int
-    #: ``flashpoint serve``, ``flashpoint dev``, ``script``, or ``unknown``
+    #: ``flashpoint serve``, ``flashpoint dev``, ``script`` (from its record); ``process`` (``KERNEL_FACTS``: its
+    #: record does not name it); ``lock file`` (``LOCK_FILE``); ``lease directory`` (``LEASE_DIRECTORY``); or
+    #: ``unknown`` (where there is no /proc, a record that cannot be read)
     kind: str
-    #: its command line, shortened (``flashpoint serve app.py``, ``python job.py``)
+    #: its command line, shortened (``flashpoint serve app.py``, ``python job.py``); for a lock file or lease
+    #: directory, what is wrong with it and what to do
     command: str = ""
     #: where its plane serves (a server's URL, a script's embedded server)
     url: str = ""
     endpoint: str = ""
     worker: str = ""
-    #: the holder's user name, when it is not the reader's own user
+    #: the holder's user name, when it is not the reader's own user (always, for ``KERNEL_FACTS``)
     user: str = ""
     #: True when the holder is another control plane of the reader's own process
     same_process: bool = False
+    #: the holder's uid, from the kernel (a lock file's owner); None where it is not known
+    uid: int | None = None
 
     @property
     def label(self) -> str:
         """The holder in words, as a busy reason names it."""
+        if self.kind == LEASE_DIRECTORY:
+            return f"an untrusted lease directory ({self.command})"
+        if self.kind == LOCK_FILE:
+            who = f"another user (uid {self.uid}, {self.user})" if self.user else f"this user (uid {self.uid})"
+            return f"{who}: {self.command}"
+        if self.kind == KERNEL_FACTS:
+            if not self.pid:
+                return f"another process ({self.command})"
+            who = "this process" if self.same_process else "another process"
+            return f"{who}: pid {self.pid} of user {self.user} ({self.command or 'its lease record does not name it'})"
         if not self.pid:
             return f"another flashpoint process ({self.command or 'its lease record could not be read'})"
         who = "another control plane of this process" if self.same_process else "another flashpoint process"
@@ -88,10 +112,12 @@ class OtherProcess:
             "worker": self.worker,
             "user": self.user,
             "sameProcess": self.same_process,
+            "uid": self.uid,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OtherProcess:
+        uid = data.get("uid")
         return cls(
             pid=int(data.get("pid", 0)),
             kind=str(data.get("kind", "unknown")),
@@ -101,6 +127,7 @@ class OtherProcess:
             worker=str(data.get("worker", "")),
             user=str(data.get("user", "")),
             same_process=bool(data.get("sameProcess", False)),
+            uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
         )
 
 

@@ -20,6 +20,7 @@ import flashpoint
 from flashpoint.explain import Code, OtherProcess, WaitReason
 from flashpoint.fleetspec import parse_fleet
 from flashpoint.gpus import GPUModel, GpuType, model_of
+from flashpoint.scheduler import kernel
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder
 from flashpoint.scheduler.leases import (
@@ -141,6 +142,22 @@ def test_process_kind(argv: list[str], server: bool, kind: str) -> None:
         (["/home/me/job.py", "--fast"], "job.py --fast"),
         ([], ""),
         (["job.py", "x" * 300], "job.py " + "x" * 150 + "..."),
+        # no credential reaches a record every user can read
+        (["/venv/bin/flashpoint", "serve", "app.py", "--api-key", "s3cret"], "flashpoint serve app.py --api-key ***"),
+        (
+            ["flashpoint", "serve", "app.py", "--api-key=s3cret", "--port", "9"],
+            "flashpoint serve app.py --api-key=*** --port 9",
+        ),
+        (["flashpoint", "jobs", "--key", "k1", "--url", "http://h:1"], "flashpoint jobs --key *** --url http://h:1"),
+        (
+            ["job.py", "--hf-token", "t", "--DB_PASSWORD", "p", "--client-secret=c"],
+            "job.py --hf-token *** --DB_PASSWORD *** --client-secret=***",
+        ),
+        (["job.py", "--keys", "a,b", "--api-keys=a"], "job.py --keys *** --api-keys=***"),
+        (["job.py", "--api-key"], "job.py --api-key"),  # nothing follows: nothing to hide
+        (["job.py", "--monkey-count", "3", "key", "token"], "job.py --monkey-count 3 key token"),  # not options
+        (["job.py", "--url", "https://me:pw@example.com/x"], "job.py --url https://me:***@example.com/x"),
+        (["job.py", "--url=redis://:pw@host:6379/0"], "job.py --url=redis://:***@host:6379/0"),
     ],
 )
 def test_command_line(argv: list[str], text: str) -> None:
@@ -170,10 +187,11 @@ def _record(**fields: object) -> bytes:
         (b"[1, 2]", None),
         (_record(pid=0), None),
         (_record(pid="x"), None),
-        (_record(), SERVE),
-        (_record(extra=True), SERVE),
+        (_record(), dataclasses.replace(SERVE, uid=0)),
+        (_record(extra=True), dataclasses.replace(SERVE, uid=0)),
+        (_record(uid=None), SERVE),
         # the reader's own pid: another plane of this very process
-        (_record(pid=99), dataclasses.replace(SERVE, pid=99, same_process=True)),
+        (_record(pid=99), dataclasses.replace(SERVE, pid=99, same_process=True, uid=0)),
     ],
 )
 def test_read_record(data: bytes, expected: OtherProcess | None) -> None:
@@ -221,6 +239,7 @@ def test_a_busy_reason_carries_the_processes_in_json() -> None:
             "worker": "infer-w1",
             "user": "",
             "sameProcess": False,
+            "uid": None,
         }
     ]
     assert OtherProcess.from_json(body["processes"][0]) == process
@@ -281,15 +300,22 @@ def test_devices_another_process_holds_never_yield_and_survive_a_fleet_change() 
 # the lock files, in one process (two lease books are two holders, as two planes of one process are)
 
 
+def me(kind: str = "flashpoint serve", url: str = "http://127.0.0.1:8000") -> Owner:
+    """This process, as a plane of it names itself: its pid and start time are the kernel's, so a reader believes its
+    records (another lease book of this process is another plane of it)."""
+    return Owner(os.getpid(), kernel.process_started(), kind, f"{kind} app.py", url, kernel.process_ticks())
+
+
 def test_a_lease_is_taken_named_and_given_back(root: Path) -> None:
     dev = device()
     name = identity(dev)
     assert name is not None
-    mine, theirs = DeviceLeases(owner(pid=os.getpid()), root), DeviceLeases(owner(pid=4242), root)
+    mine, theirs = DeviceLeases(me("script", "http://127.0.0.1:9"), root), DeviceLeases(me(), root)
     assert theirs.acquire(name, dev, "infer", "infer-w1") is None
-    # the holder's record names it
-    assert mine.holder(name) == dataclasses.replace(SERVE, worker="infer-w1")
-    assert mine.acquire(name, dev, "other", "other-w1") == mine.holder(name)
+    # the kernel names the holder (this process: another plane of it), its own record describes it
+    named = dataclasses.replace(SERVE, pid=os.getpid(), worker="infer-w1", same_process=True, uid=os.getuid())
+    assert mine.holder(name) == named
+    assert mine.acquire(name, dev, "other", "other-w1") == named
     record = json.loads((root / f"{name}.lock").read_text())
     assert record["device"] == {"identity": name, "node": "node-a", "index": 0, "model": "NVIDIA H200"}
     # a lease its holder gives back is free at once, its record emptied
@@ -322,7 +348,6 @@ def test_the_shared_default_directory_is_sticky_and_world_writable_and_lock_file
     try:
         prepare(root, shared=True)
         leases = DeviceLeases(owner(), root)
-        leases._ready = True  # the directory is made: as the default would be
         name = identity(device())
         assert name is not None and leases.acquire(name, device(), "infer", "w1") is None
     finally:
@@ -332,29 +357,16 @@ def test_the_shared_default_directory_is_sticky_and_world_writable_and_lock_file
     leases.close()
 
 
-def test_a_directory_that_cannot_be_used_turns_leases_off_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    leases = DeviceLeases(owner(), blocker / "leases")
-    name = identity(device())
-    assert name is not None
-    assert leases.acquire(name, device(), "infer", "w1") is None  # placed as before: leases are off
-    assert leases.off and "device leases are off" in caplog.text and "FLASHPOINT_LEASE_DIR" in caplog.text
-    assert leases.holder(name) is None
-
-
-def test_a_link_in_place_of_a_lock_file_is_not_followed(root: Path, tmp_path: Path) -> None:
-    prepare(root, shared=False)
-    name = identity(device())
-    assert name is not None
-    target = tmp_path / "victim"
-    target.write_text("keep")
-    (root / f"{name}.lock").symlink_to(target)
-    leases = DeviceLeases(owner(), root)
-    assert leases.acquire(name, device(), "infer", "w1") is None and leases.off
-    assert target.read_text() == "keep"
+def test_a_directory_named_by_the_variable_is_made_private(root: Path) -> None:
+    old = os.umask(0o002)  # a umask that would leave it group-writable: refused by the trust rule
+    try:
+        leases = DeviceLeases(owner(), root)
+        name = identity(device())
+        assert name is not None and leases.acquire(name, device(), "infer", "w1") is None
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    leases.close()
 
 
 # ----------------------------------------------------------------------------------------------------------------

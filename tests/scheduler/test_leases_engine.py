@@ -30,11 +30,10 @@ async def door_on(fleet: str, root: Path) -> Door:
     return await open_door(fleet, leases=DeviceLeases(Owner.this_process("script", BASE_URL), root))
 
 
-def book(root: Path, pid: int) -> DeviceLeases:
-    """Another holder's lease book, in this process, as process ``pid`` would name itself."""
-    return DeviceLeases(
-        Owner(pid, None, "flashpoint serve", "flashpoint serve app.py", f"http://127.0.0.1:{pid}"), root
-    )
+def book(root: Path, port: int) -> DeviceLeases:
+    """Another holder's lease book: another plane of this process (the kernel names this process as the holder, and
+    the record, its own, says the rest), serving at ``port``."""
+    return DeviceLeases(Owner.this_process("flashpoint serve", f"http://127.0.0.1:{port}"), root)
 
 
 async def test_a_device_another_process_holds_is_busy_naming_it_and_placed_once_it_is_freed(tmp_path: Path) -> None:
@@ -130,7 +129,9 @@ async def test_a_worker_of_two_devices_takes_no_lease_while_one_of_them_is_held_
     await door.settle()
     # busy, and the lease of the free device was not kept either
     (reason,) = door.plane.explain_endpoint("pair").reasons
-    assert reason.code is Code.BUSY and [p.pid for p in reason.processes] == [4242]
+    assert reason.code is Code.BUSY and [(p.pid, p.url) for p in reason.processes] == [
+        (os.getpid(), "http://127.0.0.1:4242")
+    ]
     assert "1 free on one node at most, need 2" in reason.detail
     assert door.plane.leases.held() == () and other.holder(first) is None
     other.release(second)
@@ -149,16 +150,42 @@ async def test_a_device_that_changes_hands_elsewhere_is_named_anew(tmp_path: Pat
     door.endpoint(name="mine", gpu=GpuType.NVIDIA_H200)
     door.submit("mine")
     await door.settle()
-    assert [p.pid for p in door.plane.explain_endpoint("mine").reasons[0].processes] == [1111]
+    assert [p.endpoint for p in door.plane.explain_endpoint("mine").reasons[0].processes] == ["a"]
     # between two rechecks the first holder lets go and a second takes it: the next recheck names the second
     first.release(name)
     assert second.acquire(name, device, "b", "b-w1") is None
     await door.step(0.5)
     (reason,) = door.plane.explain_endpoint("mine").reasons
-    assert [(p.pid, p.endpoint) for p in reason.processes] == [(2222, "b")] and door.backend.started == []
+    assert [(p.url, p.endpoint) for p in reason.processes] == [("http://127.0.0.1:2222", "b")]
+    assert door.backend.started == []
     second.release(name)
     await door.step(0.5)
     assert len(door.workers("mine")) == 1
+
+
+async def test_a_lease_directory_others_may_write_holds_every_device_until_it_is_fixed(tmp_path: Path) -> None:
+    # Given a lease directory every user may write without the sticky bit: any of them could delete a held lock file
+    root = tmp_path / "leases"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    fleet = "node-a=NVIDIA_H200:1"
+    door = await door_on(fleet, root)
+    door.endpoint(name="mine", gpu=GpuType.NVIDIA_H200)
+    job = door.submit("mine")
+    await door.settle()
+    # Then no worker starts on a device it cannot lease safely: the job waits busy, saying why and what to do
+    assert door.backend.started == [] and job.status is JobStatus.IN_QUEUE
+    (reason,) = door.plane.explain_job(job.id).reasons
+    assert reason.code is Code.BUSY and "an untrusted lease directory" in reason.detail
+    assert "without the sticky bit" in reason.detail and "FLASHPOINT_LEASE_DIR" in reason.detail
+    (row,) = door.plane.fleet_view()
+    assert row["process"]["kind"] == "lease directory"
+    await door.step(1.0)
+    assert door.backend.started == []
+    # When the directory is made sticky, the next recheck places the worker
+    os.chmod(root, 0o1777)
+    await door.step(0.5)
+    assert len(door.workers("mine")) == 1 and door.plane.leases.held() == tuple(names(fleet))
 
 
 async def test_two_planes_of_one_process_never_share_a_device(tmp_path: Path) -> None:

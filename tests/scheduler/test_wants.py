@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flashpoint.scheduler import wants
+from flashpoint.scheduler import kernel, wants
 from flashpoint.scheduler.leases import Owner, prepare
 from flashpoint.scheduler.wants import FRESH_S, WantMarks
 from tests.scheduler.test_leases import device
@@ -23,10 +23,16 @@ DEVICE = device()
 NAME = "sim-node-a-NVIDIA_H200-0-0123456789ab"
 
 
+def owner(pid: int | None = None, kind: str = "script") -> Owner:
+    """Process ``pid`` (this one by default) as its planes name themselves: its start time is the kernel's."""
+    pid = pid or os.getpid()
+    return Owner(pid, 1.0, kind, f"{kind} app.py", "http://127.0.0.1:9", kernel.process_ticks(pid))
+
+
 def plane(root: Path, pid: int | None = None, kind: str = "script") -> WantMarks:
     """The marks of a plane of process ``pid`` (this one by default)."""
     prepare(root, shared=False)
-    return WantMarks(Owner(pid or os.getpid(), 1.0, kind, f"{kind} app.py", "http://127.0.0.1:9"), root)
+    return WantMarks(owner(pid, kind), root)
 
 
 def test_a_mark_names_the_wanter_and_its_endpoint_and_is_withdrawn_when_no_longer_wanted(tmp_path: Path) -> None:
@@ -99,7 +105,7 @@ def test_what_is_not_a_mark_is_ignored(tmp_path: Path) -> None:
 
 def test_the_marks_folder_is_made_at_the_first_mark_in_the_lease_directory_only(tmp_path: Path) -> None:
     lease_dir = tmp_path / "leases"
-    wanter = WantMarks(Owner(os.getpid(), 1.0, "script", "", ""), lease_dir / "wants")
+    wanter = WantMarks(owner(), lease_dir / "wants")
     wanter.mark({NAME: (DEVICE, "mine")})
     # no lease directory yet: the leases make it, with its mode; marks make nothing and do nothing
     assert wanter.marked() == () and wanter.wanters({NAME}) == {} and not lease_dir.exists()
@@ -125,8 +131,60 @@ def test_the_marks_folder_is_shared_when_the_lease_directory_is(tmp_path: Path) 
         for name, shared in (("shared", True), ("private", False)):
             lease_dir = tmp_path / name
             prepare(lease_dir, shared=shared)
-            WantMarks(Owner(os.getpid(), 1.0, "script", "", ""), lease_dir / "wants").mark({NAME: (DEVICE, "mine")})
+            WantMarks(owner(), lease_dir / "wants").mark({NAME: (DEVICE, "mine")})
             mode = stat.S_IMODE((lease_dir / "wants").stat().st_mode)
-            assert mode == (0o1777 if shared else 0o755), (name, oct(mode))
+            assert mode == (0o1777 if shared else 0o700), (name, oct(mode))
     finally:
         os.umask(old)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# marks are believed only when the kernel agrees: the named process's uid owns the file, its start time is the mark's
+
+linux = pytest.mark.skipif(not kernel.HAVE_PROC, reason="the kernel's facts come from Linux's /proc")
+
+
+def _forge(root: Path, named: int, **fields: object) -> Path:
+    """A mark file whose name names process ``named``, written by this user, with the record a plane of that process
+    would write (changed by ``fields``)."""
+    body: dict[str, object] = {"version": 1, "pid": named, "ticks": kernel.process_ticks(named)}
+    body.update({"uid": kernel.process_uid(named), "kind": "script", "endpoint": "forged", **fields})
+    path = root / f"{NAME}.want-{named}-forged"
+    path.write_text(json.dumps(body))
+    return path
+
+
+@linux
+def test_a_mark_naming_a_process_of_another_user_is_nobody(tmp_path: Path) -> None:
+    holder = plane(tmp_path)
+    # a mark naming pid 1 (root's init), its record as init's would be, in a file this user wrote: when this user is
+    # root, the file is handed to nobody, as another user's would be
+    path = _forge(tmp_path, 1)
+    if os.getuid() == 0:
+        os.chown(path, 65534, 65534)
+    assert holder.wanters({NAME}) == {}
+    assert path.exists()  # a live process's mark stays (it is not this plane's to remove)
+
+
+@linux
+def test_a_mark_whose_start_time_is_not_its_process_is_nobody(tmp_path: Path) -> None:
+    holder = plane(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        ticks = kernel.process_ticks(child.pid)
+        assert ticks is not None
+        # another process that once had this pid (a reused pid), a record without a start time, or naming another pid
+        _forge(tmp_path, child.pid, ticks=ticks - 1)
+        assert holder.wanters({NAME}) == {}
+        _forge(tmp_path, child.pid, ticks=None)
+        assert holder.wanters({NAME}) == {}
+        _forge(tmp_path, child.pid, pid=os.getpid())
+        assert holder.wanters({NAME}) == {}
+        # the child's own mark (its uid's file, its start time) is read
+        _forge(tmp_path, child.pid)
+        (found,) = holder.wanters({NAME}).values()
+        assert (found.pid, found.endpoint) == (child.pid, "forged")
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(30)

@@ -2,9 +2,10 @@
 
 A flashpoint process that starts a worker on a device first takes the device's *lease*: an exclusive ``flock`` on
 ``<lease dir>/<identity>.lock``, held by the plane's process for as long as one of its workers holds the device. The
-kernel drops a flock when the process that holds it dies, so a lease is never stale. The holder writes a record
-(JSON) into the lock file, saying who it is (pid, start time, kind, command line, URL, endpoint, worker), so another
-process can name it; a record whose lock nobody holds is stale and read as nobody.
+kernel drops a flock when the process that holds it dies, so a lease is never stale. Who holds a lease is the kernel's
+word (``/proc/locks``: the pid, then its real uid and start time; ``scheduler/kernel.py``); the holder also writes a
+record into the lock file (``scheduler/leaserecords.py``) that adds its endpoint, worker, command line and URL when it
+is the kernel's holder's own.
 
 - ``identity(device)`` (pure) names a device machine-wide: an NVML UUID for a real GPU, the node name, model and
   index for a simulated one (so two processes declaring the same simulated fleet collide, and different fleets do
@@ -14,46 +15,79 @@ process can name it; a record whose lock nobody holds is stale and read as nobod
 - ``lease_dir()``: ``$FLASHPOINT_LEASE_DIR``, else ``/tmp/flashpoint-devices``, shared by every user of the machine
   (mode 1777, lock files 0666), since two users' processes must not share a GPU either.
 
-Lock files are never deleted: deleting one while another process has it open would split the lock in two. Without
-``fcntl`` (Windows) there are no leases; a lease directory that cannot be used turns leases off with one warning.
+Every user of the machine can write the shared directory, so nothing there is taken on trust
+(``scheduler/leasetrust.py``): a directory another user owns is refused (this process then leases, and so uses, no
+leased device: each is held by "an untrusted lease directory", with what to do), and a lock file that is not one
+flashpoint made (a link, a planted 0600 file) is that one device held by its owner. Lock files are never deleted:
+deleting one while another process has it open would split the lock in two. Without ``fcntl`` (Windows) there are no
+leases; without ``/proc/locks`` (macOS) the record names the holder, as written.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
 import os
 import re
 import stat
-import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
 
-from flashpoint.explain import OtherProcess
+from flashpoint.explain import LEASE_DIRECTORY, LOCK_FILE, OtherProcess
+from flashpoint.scheduler import kernel
 from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.kernel import process_alive, process_started
+from flashpoint.scheduler.leaserecords import (
+    Owner,
+    command_line,
+    name_holder,
+    parse_record,
+    process_kind,
+    read_record,
+    record,
+)
+from flashpoint.scheduler.leasetrust import LEASE_DIR_ENV, directory_problem, lock_file_problem, refusal
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no leases
     fcntl = None  # type: ignore[assignment]
 
+__all__ = [
+    "DEFAULT_LEASE_DIR",
+    "LEASE_DIR_ENV",
+    "NOT_LISTED",
+    "UNREADABLE",
+    "DeviceLeases",
+    "Owner",
+    "command_line",
+    "identity",
+    "lease_dir",
+    "prepare",
+    "process_alive",
+    "process_kind",
+    "process_started",
+    "read_record",
+    "record",
+]
+
 log = logging.getLogger("flashpoint.plane")
 
-#: where lease files live, when set
-LEASE_DIR_ENV = "FLASHPOINT_LEASE_DIR"
 #: the default: one directory for every user of the machine (a GPU is one machine's, whoever runs on it)
 DEFAULT_LEASE_DIR = "/tmp/flashpoint-devices"
 #: the most of a record read back (a record is a few hundred bytes)
 _MAX_RECORD = 16 * 1024
-#: how many times a lease found locked with no readable record is tried again at once (a reader probing it, or a
+#: how many times a lease found locked with no holder named yet is tried again at once (a reader probing it, or a
 #: holder between its lock and its record)
 _RETRIES = 3
+#: how many times a lock file that changes between its ``lstat`` and its ``open`` is looked at again
+_REOPENS = 5
+#: what to do about a file system without locks
+_LOCAL = f"keep the lease directory on a local disk: set {LEASE_DIR_ENV}"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 def lease_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -83,153 +117,45 @@ def identity(device: Device) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# who this process is
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """This process, as its lease records name it."""
-
-    pid: int
-    #: wall time the process started (None where /proc does not say)
-    started: float | None
-    kind: str
-    command: str
-    url: str
-
-    @classmethod
-    def this_process(cls, kind: str, url: str) -> Owner:
-        return cls(os.getpid(), process_started(), kind, command_line(sys.argv), url)
-
-
-def process_kind(argv: Sequence[str], server: bool) -> str:
-    """What the process is: ``flashpoint serve`` / ``flashpoint dev`` when run as that command, else ``flashpoint
-    serve`` for a durable plane (``server``, an in-process ``Server``), else ``script``."""
-    if len(argv) > 1 and argv[1] in ("serve", "dev"):
-        program = Path(argv[0])
-        if program.name == "flashpoint" or (program.name == "__main__.py" and program.parent.name == "flashpoint"):
-            return f"flashpoint {argv[1]}"
-    return "flashpoint serve" if server else "script"
-
-
-def command_line(argv: Sequence[str], limit: int = 160) -> str:
-    """The command line, shortened: the program's own name (``flashpoint`` for ``.../flashpoint/__main__.py``),
-    then its arguments, cut at ``limit`` characters."""
-    if not argv:
-        return ""
-    program = Path(argv[0])
-    name = program.parent.name if program.name == "__main__.py" else program.name
-    text = " ".join([name or "python", *argv[1:]])
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def process_started(pid: int | None = None) -> float | None:
-    """The wall time process ``pid`` (this one by default) started, from /proc; None where that is not known."""
-    try:
-        fields = Path(f"/proc/{pid or 'self'}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])  # field 22, starttime, counted from field 3
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if "btime" in line)
-        return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 2)
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (another user's too). On Windows, where ``os.kill(pid, 0)`` would end the
-    process, it is taken to be alive."""
-    if pid <= 0:
-        return False
-    if sys.platform == "win32":
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# records
-
-
-def record(owner: Owner, device: Device, name: str, endpoint: str, worker: str, now: float) -> dict[str, Any]:
-    """What the holder of a lease writes into its lock file."""
-    return {
-        "version": 1,
-        "pid": owner.pid,
-        "started": owner.started,
-        "uid": os.getuid() if hasattr(os, "getuid") else None,
-        "kind": owner.kind,
-        "command": owner.command,
-        "url": owner.url,
-        "endpoint": endpoint,
-        "worker": worker,
-        "device": {"identity": name, "node": device.node, "index": device.index, "model": device.model_name},
-        "since": round(now, 3),
-    }
-
-
-def read_record(data: bytes, *, own_pid: int, own_uid: int | None) -> OtherProcess | None:
-    """The holder a lock file's content names; None when it names nobody readable (empty, torn or not JSON)."""
-    try:
-        found = json.loads(data.decode())
-        pid = int(found["pid"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return None
-    if not isinstance(found, dict) or pid <= 0:
-        return None
-    uid = found.get("uid")
-    return OtherProcess(
-        pid=pid,
-        kind=str(found.get("kind") or "unknown"),
-        command=str(found.get("command") or ""),
-        url=str(found.get("url") or ""),
-        endpoint=str(found.get("endpoint") or ""),
-        worker=str(found.get("worker") or ""),
-        user=_user_name(uid) if isinstance(uid, int) and own_uid is not None and uid != own_uid else "",
-        same_process=pid == own_pid,
-    )
-
-
-def _user_name(uid: int) -> str:
-    try:
-        import pwd
-
-        return pwd.getpwuid(uid).pw_name
-    except (ImportError, KeyError):
-        return str(uid)
-
-
-#: the holder named when a lease is held but its record cannot be read (yet)
-UNREADABLE = OtherProcess(0, "unknown", "its lease record is not written yet or cannot be read")
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # the leases
+
+
+#: the holder named when a lease is held but the record of the kernel's holder cannot be read, where there is no
+#: /proc (the record then names the holder)
+UNREADABLE = OtherProcess(0, "unknown", "its lease record is not written yet or cannot be read")
+#: the holder named when a lease is held but /proc/locks lists no process for it
+NOT_LISTED = OtherProcess(
+    0, "process", "its holder is not listed in /proc/locks: a process of another PID namespace, such as a container"
+)
 
 
 class DeviceLeases:
     """This process's leases, in ``root`` (``lease_dir()`` by default). Not thread-safe: the plane's loop uses it.
 
-    ``acquire`` takes a lease or names who has it, ``release`` gives one back, ``holder`` says who has one now,
-    ``close`` gives every lease back. Every call is a few system calls and never waits for another process.
+    ``acquire`` takes a lease or names who has it, ``release`` gives one back, ``holder``/``holders`` say who has one
+    now, ``close`` gives every lease back. Every call is a few system calls and never waits for another process.
     """
 
     def __init__(self, owner: Owner, root: Path | None = None) -> None:
         self.owner = owner
         self.root = root if root is not None else lease_dir()
+        #: the shared default (made 1777); a directory named by FLASHPOINT_LEASE_DIR is made private (0700)
+        self.shared = self.root == Path(DEFAULT_LEASE_DIR)
         #: identity -> the open lock file this process holds it with
         self._held: dict[str, int] = {}
         #: identity -> the device of each lease held
         self._devices: dict[str, Device] = {}
-        self._ready = False
-        #: why leases are off (the directory cannot be used, no fcntl); "" while they work
+        #: the directory was found trustworthy (it stays so: only its owner, root or this user, may change it)
+        self._trusted = False
+        #: only its owner may write the directory (then every lock file there should be that user's or root's)
+        self._private = False
+        #: why there are no leases at all (no fcntl); "" where there are
         self.off = "" if fcntl is not None else "this platform has no fcntl.flock"
-        self._uid = os.getuid() if hasattr(os, "getuid") else None
+        self._uid = os.getuid() if hasattr(os, "getuid") else -1
+        #: the refusal of the last try to make the lease directory (None: made, or not tried)
+        self._refused: OtherProcess | None = None
+        #: the refusals warned about already (each is logged once)
+        self._warned: set[str] = set()
 
     def held(self) -> tuple[str, ...]:
         """The identities of the leases this process holds."""
@@ -240,41 +166,47 @@ class DeviceLeases:
         return dict(self._devices)
 
     def acquire(self, name: str, device: Device, endpoint: str, worker: str) -> OtherProcess | None:
-        """Take the lease of device ``name`` for ``worker`` of ``endpoint``: None when taken (or leases are off),
-        else the process that holds it. Taking a lease this object holds already is a bug.
+        """Take the lease of device ``name`` for ``worker`` of ``endpoint``: None when taken (or there are no leases
+        on this platform), else who holds it: a process, or a lock file or lease directory this process cannot trust
+        (``LOCK_FILE``, ``LEASE_DIRECTORY``). Taking a lease this object holds already is a bug.
 
         Raises:
             ValueError: this object holds the lease already.
         """
         if name in self._held:
             raise ValueError(f"the lease of {name} is held by this plane already")
-        if not self._usable():
+        if self.off:
             return None
+        refused = self._directory(create=True)
+        if refused is not None:
+            return refused
+        opened = self._open(name, create=True)
+        if not isinstance(opened, int):
+            return opened or self._refuse(f"cannot make {self._path(name)}")
+        fd = opened
         try:
-            fd = self._open(name, create=True)
-        except OSError as exc:
-            self._turn_off(f"cannot open {self.root / (name + '.lock')}: {exc}")
-            return None
-        try:
-            for _ in range(_RETRIES):
+            for attempt in range(_RETRIES):
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    holder = self._read(fd)
+                    holder = self._held_by(fd, last=attempt == _RETRIES - 1)
                     if holder is not None:
                         os.close(fd)
                         return holder
                     continue
-                data = json.dumps(record(self.owner, device, name, endpoint, worker, time.time())).encode()
-                os.pwrite(fd, data, 0)
-                os.ftruncate(fd, len(data))
+                try:
+                    data = json.dumps(record(self.owner, device, name, endpoint, worker, time.time())).encode()
+                    os.pwrite(fd, data, 0)
+                    os.ftruncate(fd, len(data))
+                except OSError as exc:  # a full disk: this device cannot be leased now
+                    os.close(fd)
+                    return self._refuse(f"cannot write the lease record of {self._path(name)}: {exc}")
                 self._held[name] = fd
                 self._devices[name] = device
                 return None
-        except OSError as exc:  # no locks on this file system (ENOLCK), a full disk: say so, and go on without
+        except OSError as exc:  # no locks on this file system (ENOLCK)
             os.close(fd)
-            self._turn_off(f"cannot lock {self.root / (name + '.lock')}: {exc}")
-            return None
+            return self._refuse(f"cannot lock {self._path(name)}: {exc} ({_LOCAL})")
         os.close(fd)
         return UNREADABLE
 
@@ -292,28 +224,21 @@ class DeviceLeases:
             os.close(fd)  # closing the only descriptor of the lock drops it
 
     def holder(self, name: str) -> OtherProcess | None:
-        """Who holds the lease of ``name`` now: None when nobody does (or this object does, or leases are off)."""
-        if name in self._held or not self._usable():
-            return None
-        try:
-            fd = self._open(name, create=False, write=False)
-        except FileNotFoundError:
-            return None
-        except OSError:
-            return UNREADABLE
-        try:
-            for _ in range(_RETRIES):
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = self._read(fd)
-                    if holder is not None:
-                        return holder
-                    continue
-                return None  # free: the record there, if any, is stale
-            return UNREADABLE
-        finally:
-            os.close(fd)
+        """Who holds the lease of ``name`` now: None when nobody does (or this object does, or there are no leases).
+        In a lease directory this process cannot trust, a lease nobody holds is held by that directory."""
+        return self.holders((name,))[name]
+
+    def holders(self, names: Collection[str]) -> dict[str, OtherProcess | None]:
+        """``holder`` of each of ``names``. A lease directory that does not exist holds nothing, and is not made,
+        unless ``acquire`` could not make it: then it is tried again (and holds everything until made)."""
+        found: dict[str, OtherProcess | None] = dict.fromkeys(names)
+        if self.off or (self._refused is None and not os.path.lexists(self.root)):
+            return found
+        refused = self._directory(create=self._refused is not None)
+        for name in names:
+            if name not in self._held:
+                found[name] = self._probe(name, refused)
+        return found
 
     def close(self) -> None:
         """Give every lease back."""
@@ -329,71 +254,171 @@ class DeviceLeases:
 
     # ------------------------------------------------------------------------------------------------------------
 
-    def _usable(self) -> bool:
-        if self.off:
-            return False
-        if not self._ready:
+    def _path(self, name: str) -> Path:
+        return self.root / f"{name}.lock"
+
+    def _directory(self, *, create: bool) -> OtherProcess | None:
+        """None when the lease directory can be trusted (``create``: made if missing, and writable by this user);
+        else the refusal that holds every device there."""
+        if self._trusted:
+            return None
+        refused = self._judge(create=create)
+        if create:
+            self._refused = refused
+        return refused
+
+    def _judge(self, *, create: bool) -> OtherProcess | None:
+        path = str(self.root)
+        if create:
             try:
-                prepare(self.root, shared=self.root == Path(DEFAULT_LEASE_DIR))
+                prepare(self.root, shared=self.shared)
             except OSError as exc:
-                self._turn_off(str(exc))
-                return False
-            self._ready = True
-        return True
+                problem = f"cannot make the lease directory {path}: {exc}"
+                return self._refuse(refusal(problem, path=path, default=self.shared, judged=False))
+        try:
+            info = os.lstat(self.root)
+        except OSError as exc:
+            problem = f"cannot look at the lease directory {path}: {exc}"
+            return self._refuse(refusal(problem, path=path, default=self.shared, judged=False))
+        judged = directory_problem(path, mode=info.st_mode, uid=info.st_uid, own_uid=self._uid)
+        if judged is not None:
+            return self._refuse(refusal(judged, path=path, default=self.shared, judged=True))
+        if create and not os.access(self.root, os.W_OK | os.X_OK):
+            problem = f"{path} is not writable by this user (uid {self._uid})"
+            return self._refuse(refusal(problem, path=path, default=self.shared, judged=False))
+        self._private = not stat.S_IMODE(info.st_mode) & 0o022
+        self._trusted = create
+        return None
 
-    def _turn_off(self, why: str) -> None:
-        self.off = why
-        log.warning(
-            "device leases are off (%s): another flashpoint process of this machine may be given the same devices; "
-            "set %s to a directory every flashpoint process of this machine can write",
-            why,
-            LEASE_DIR_ENV,
-        )
+    def _refuse(self, why: str) -> OtherProcess:
+        """The lease directory cannot be used: every device there is held by it. Warned about once."""
+        if why not in self._warned:
+            self._warned.add(why)
+            log.warning("device leases: %s", why)
+        return OtherProcess(0, LEASE_DIRECTORY, why)
 
-    def _open(self, name: str, *, create: bool, write: bool = True) -> int:
-        """Open the lock file of ``name`` (``write``: read-write; a new one 0666, so every user can lock it), never
-        through a link. An existing file is opened without ``O_CREAT``: in a sticky world-writable directory Linux
-        refuses ``O_CREAT`` on another user's file (``fs.protected_regular``)."""
-        path = str(self.root / f"{name}.lock")
-        flags = (os.O_RDWR if write else os.O_RDONLY) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        while True:
+    def _foreign(self, name: str, uid: int, problem: str) -> OtherProcess:
+        """A lock file this process cannot lease through: the device is held by the file's owner."""
+        user = kernel.user_name(uid) if uid != self._uid else ""
+        return OtherProcess(0, LOCK_FILE, f"{self._path(name)} {problem}", user=user, uid=uid)
+
+    def _open(self, name: str, *, create: bool, write: bool = True) -> int | OtherProcess | None:
+        """Open the lock file of ``name`` (``write``: read-write; a new one 0666, so every user can lock it): its
+        descriptor; None when there is none (and not ``create``); the owner of a file that is no lock file this
+        process trusts (``leasetrust.lock_file_problem``), or the directory's refusal when it cannot be made.
+
+        Never through a link, never blocking (a FIFO), never a file that changed between its ``lstat`` and its
+        ``open``. An existing file is opened without ``O_CREAT``: in a sticky world-writable directory Linux refuses
+        ``O_CREAT`` on another user's file (``fs.protected_regular``).
+        """
+        path = str(self._path(name))
+        flags = (os.O_RDWR if write else os.O_RDONLY) | _OPEN_FLAGS
+        for _ in range(_REOPENS):
             try:
-                return os.open(path, flags)
+                before = os.lstat(path)
             except FileNotFoundError:
                 if not create:
-                    raise
+                    return None
+                try:
+                    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                except FileExistsError:
+                    continue  # another process made it in between: look at it as it is
+                except OSError as exc:
+                    return self._refuse(f"cannot make {path}: {exc}")
+                try:
+                    os.fchmod(fd, 0o666)  # past the umask
+                except OSError:
+                    pass
+                return fd
+            except OSError as exc:
+                return self._refuse(f"cannot look at {path}: {exc}")
+            problem = self._problem(before)
+            if problem is not None:
+                return self._foreign(name, before.st_uid, problem)
             try:
-                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
-            except FileExistsError:
-                continue  # another process made it in between: open it as it is
-            try:
-                os.fchmod(fd, 0o666)  # past the umask
-            except OSError:
-                pass
+                fd = os.open(path, flags)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                return self._foreign(name, before.st_uid, f"cannot be opened ({exc.strerror or exc})")
+            info = os.fstat(fd)
+            problem = self._problem(info)
+            if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino) or problem is not None:
+                os.close(fd)
+                if problem is not None:
+                    return self._foreign(name, info.st_uid, problem)
+                continue
+            if write and info.st_uid == self._uid and stat.S_IMODE(info.st_mode) != 0o666:
+                try:
+                    os.fchmod(fd, 0o666)  # this user's own file (an older flashpoint's): every user may lock it
+                except OSError:
+                    pass
             return fd
+        return self._foreign(name, -1, "keeps changing while it is opened")
 
-    def _read(self, fd: int) -> OtherProcess | None:
+    def _problem(self, info: os.stat_result) -> str | None:
+        return lock_file_problem(info.st_mode, info.st_uid, info.st_nlink, own_uid=self._uid, private=self._private)
+
+    def _probe(self, name: str, refused: OtherProcess | None) -> OtherProcess | None:
+        """Who holds the lease of ``name``: its holder when it is held, else ``refused`` (None, or the refusal of a
+        lease directory this process cannot trust)."""
+        opened = self._open(name, create=False, write=False)
+        if not isinstance(opened, int):
+            if opened is None or (refused is not None and opened.kind == LEASE_DIRECTORY):
+                return refused  # no lock file (or no directory to hold one): nobody holds it, but the refusal
+            return opened
+        try:
+            for attempt in range(_RETRIES):
+                try:
+                    fcntl.flock(opened, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = self._held_by(opened, last=attempt == _RETRIES - 1)
+                    if holder is not None:
+                        return holder
+                    continue
+                except OSError as exc:
+                    return self._refuse(
+                        f"cannot lock {self._path(name)}: {exc} (keep the lease directory on a local disk)"
+                    )
+                return refused  # free: the record there, if any, is stale
+            return UNREADABLE
+        finally:
+            os.close(opened)
+
+    def _held_by(self, fd: int, *, last: bool) -> OtherProcess | None:
+        """Who holds the exclusive lock of the open lock file ``fd`` (this process's own probe just failed): the
+        kernel's holder, described by its record when that is its own. None to try again (a reader's shared probe,
+        a holder between its lock and its record, a lock let go in between) unless ``last``."""
         try:
             data = os.pread(fd, _MAX_RECORD, 0)
+            info = os.fstat(fd)
         except OSError:
+            data, info = b"", None
+        text = kernel.locks_text()
+        if text is None or info is None:  # no /proc (macOS): the record says who, as written
+            found = read_record(data, own_pid=os.getpid(), own_uid=self._uid)
+            return found if found is not None or not last else UNREADABLE
+        writers = [line for line in kernel.flock_holders(text, info.st_dev, info.st_ino) if line.exclusive]
+        if not writers:
+            return NOT_LISTED if last else None
+        if parse_record(data) is None and not last:
             return None
-        return read_record(data, own_pid=os.getpid(), own_uid=self._uid)
+        pid = writers[0].pid
+        facts = kernel.process_facts(pid) if pid > 0 else None
+        return name_holder(pid, facts, data, own_pid=os.getpid(), own_uid=self._uid)
 
 
 def prepare(root: Path, *, shared: bool) -> None:
-    """Make the lease directory. The shared default is made sticky and world-writable (1777, like /tmp), so every
-    user's processes can lock its files and none can remove another's; a directory named by ``FLASHPOINT_LEASE_DIR``
-    is made with the usual mode and otherwise used as it is.
+    """Make the lease directory when it is missing. The shared default is made sticky and world-writable (1777, like
+    /tmp), so every user's processes can lock its files and none can remove another's; a directory named by
+    ``FLASHPOINT_LEASE_DIR`` is made private (0700). An existing one is left as it is (``leasetrust`` judges it).
 
     Raises:
-        OSError: it cannot be made, or it is not a directory (a link is refused).
+        OSError: it cannot be made.
     """
+    mode = 0o1777 if shared else 0o700
     try:
-        root.mkdir(parents=True, exist_ok=False, mode=0o1777 if shared else 0o777)
-        if shared:
-            os.chmod(root, 0o1777)  # past the umask
+        root.mkdir(parents=True, exist_ok=False, mode=mode)
     except FileExistsError:
-        pass
-    info = os.lstat(root)
-    if not stat.S_ISDIR(info.st_mode):
-        raise OSError(errno.ENOTDIR, f"{root} is not a directory")
+        return
+    os.chmod(root, mode)  # past the umask

@@ -111,9 +111,11 @@ class DeviceLeasing(ABC):
     def _recheck_foreign(self) -> None:
         foreign = self.index.foreign()
         freed = False
+        names = {device.key: identity(device) for device, _ in foreign}
+        holders = self.leases.holders([name for name in names.values() if name is not None])
         for device, held_by in foreign:
-            name = identity(device)
-            holder = self.leases.holder(name) if name is not None else None
+            name = names[device.key]
+            holder = holders[name] if name is not None else None
             if holder == held_by:
                 continue
             self.index.release((device,))

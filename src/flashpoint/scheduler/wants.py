@@ -10,9 +10,12 @@ read as withdrawn. The holder reads the marks of the devices it holds at each re
 workers above their minimum on a wanted device (``planner.plan(wanted=...)``), and the lease they give back reaches
 the wanter at its next recheck. Whoever takes the lease first has the device: the lease, not the mark, decides.
 
-Trust: the lease directory is shared by every user of the machine, so a mark of another user can make this
-process's idle workers above their minimum stop early (they start again on demand), and nothing else: a mark is
-data, read bounded and never through a link.
+Trust: the lease directory is shared by every user of the machine, so a mark is believed only when the kernel agrees
+with it: the process its name and record give (the pid) is alive, its real uid is the mark file's owner, and its start
+time (clock ticks, /proc/PID/stat) is the record's. A mark naming pid 1, or another user's process, is nobody's.
+Another user can still mark a device for a process of their own, and so make this process's idle workers above their
+minimum stop early (they start again on demand), and nothing else: a mark is data, read bounded and never through a
+link. Without /proc (macOS) a live pid is enough, as written.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from flashpoint.explain import OtherProcess
+from flashpoint.scheduler import kernel
 from flashpoint.scheduler.inventory import Device
+from flashpoint.scheduler.leaserecords import matches, parse_record
 from flashpoint.scheduler.leases import Owner, prepare, process_alive, read_record, record
 
 __all__ = ["FRESH_S", "MAX_ENTRIES", "WANTS_DIR", "WantMarks"]
@@ -125,7 +130,7 @@ class WantMarks:
                 continue
             if now - info.st_mtime > FRESH_S:
                 continue
-            process = self._read(Path(entry.path))
+            process = self._read(Path(entry.path), int(pid_text))
             if process is not None:
                 found[name] = process
         return found
@@ -157,18 +162,30 @@ class WantMarks:
         _unlink(self.root / f"{name}{self.suffix}")
         os.close(fd)
 
-    def _read(self, path: Path) -> OtherProcess | None:
+    def _read(self, path: Path, pid: int) -> OtherProcess | None:
+        """The wanter a mark of process ``pid`` names, when the kernel agrees (see the module's "Trust")."""
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(path, flags)
         except OSError:
             return None
         try:
-            data = os.read(fd, _MAX_RECORD)
+            info = os.fstat(fd)
+            data = os.read(fd, _MAX_RECORD) if stat.S_ISREG(info.st_mode) else b""
         except OSError:
             return None
         finally:
             os.close(fd)
-        return read_record(data, own_pid=os.getpid(), own_uid=self._uid)
+        process = read_record(data, own_pid=os.getpid(), own_uid=self._uid)
+        if process is None or process.pid != pid:
+            return None
+        if not kernel.HAVE_PROC:
+            return process
+        facts = kernel.process_facts(pid)
+        found = parse_record(data)
+        if facts is None or found is None or facts.uid != info.st_uid or not matches(found, facts):
+            return None
+        return process
 
 
 def _entries(root: Path) -> list[os.DirEntry[str]]:
