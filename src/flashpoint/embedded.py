@@ -32,6 +32,7 @@ from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
+from flashpoint.terminal import InertFormatter
 
 log = logging.getLogger("flashpoint")
 T = TypeVar("T")
@@ -422,12 +423,12 @@ def _deliver(future: asyncio.Future[Any], value: Any = None, *, error: BaseExcep
 
 
 def show_worker_output() -> None:
-    """Zero set-up: if the program configured no logging, worker output and warnings still reach stderr."""
+    """Zero set-up: if the program configured no logging, worker output and warnings still reach stderr, inert."""
     root = logging.getLogger()
     package = logging.getLogger("flashpoint")
     if not root.handlers and not package.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+        handler.setFormatter(InertFormatter("%(name)s %(levelname)s: %(message)s"))
         package.addHandler(handler)
         package.setLevel(logging.INFO)
         logging.getLogger("flashpoint.plane").setLevel(logging.WARNING)

@@ -6,7 +6,6 @@ Edge module: may import anything in flashpoint, plus typer.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from pathlib import Path
@@ -16,6 +15,8 @@ import typer
 
 from flashpoint.cli.serve import _api_keys
 from flashpoint.config import Settings
+from flashpoint.console import inert_handler
+from flashpoint.terminal import inert
 
 
 def dev(
@@ -35,10 +36,13 @@ def dev(
 ) -> None:
     """Serve every endpoint in a project folder with Flash's dev URLs (POST /<file>/runsync, /<file>/<function>/runsync,
     routes under /<file>/...; /docs lists them) on this machine's GPUs, reloading when a file changes."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, handlers=[inert_handler()])  # worker lines and job errors come from others
     settings = Settings.load(dict(os.environ))
     keys = tuple(_api_keys(settings.api_key, []))
-    say = functools.partial(print, flush=True)
+
+    def say(text: str) -> None:
+        print(inert(text), flush=True)
+
     from flashpoint.devserver import DevServer  # FastAPI and the server: loaded when `dev` runs, not for every command
 
     DevServer(folder, settings=settings, host=host, port=port, reload=reload, api_keys=keys, say=say).run()

@@ -40,6 +40,7 @@ from flashpoint.scheduler.protocol import WorkerProtocol
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.scheduler.routeserving import RouteServing
 from flashpoint.scheduler.waiters import wake
+from flashpoint.terminal import inert
 
 log = logging.getLogger("flashpoint.plane")
 worker_log = logging.getLogger("flashpoint.worker")
@@ -353,9 +354,10 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
                 if job.status.terminal:  # a running job's lines are written with its next change
                     self.book.save(job)
         endpoint = worker.endpoint if worker else "?"
-        # at the level Runpod's logger printed it (console.py): a worker's DEBUG lines stay off an INFO console
+        # at the level Runpod's logger printed it (console.py): a worker's DEBUG lines stay off an INFO console; inert
+        # whatever handler prints it (terminal.py): a server's worker prints what its jobs hold
         worker_log.log(
-            line_level(line), "[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", line
+            line_level(line), "[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", inert(line)
         )
 
     def _on_exit(self, worker_id: str, code: int, failed: bool | None = None) -> None:
