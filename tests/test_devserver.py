@@ -40,6 +40,7 @@ from tests.scheduler.door import BASE_URL, Door, open_door, until
 pytestmark = pytest.mark.timeout(60)
 
 HEAD = "from flashpoint import Endpoint, GpuGroup\n"
+JSON = "application/json"
 
 
 def gpu_fn(endpoint: str, fn: str = "process", params: str = "x: int", body: str = "return x") -> str:
@@ -451,7 +452,30 @@ async def test_input_that_does_not_fit_is_422_and_queues_nothing(
     assert answer.status_code == 422, answer.text
     assert says in answer.json()["detail"]
     assert not rig.door.plane.endpoints["gpu_worker"].queued
-    assert (await rig.client.post("/gpu_worker/runsync", content=b"{not json")).status_code == 422
+    junk = await rig.client.post("/gpu_worker/runsync", content=b"{not json", headers={"content-type": JSON})
+    assert junk.status_code == 422
+
+
+async def test_without_keys_a_body_not_declared_json_runs_nothing(dev: Callable[..., Awaitable[Rig]]) -> None:
+    # a web page may post text/plain or a form without asking (CSRF): without a key, only declared JSON is read
+    rig = await dev(APP)
+    for kind in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"content-type": kind} if kind else {}
+        answer = await rig.client.post("/gpu_worker/runsync", content=b'{"input": {"x": 1}}', headers=headers)
+        assert answer.status_code == 415 and "Content-Type: application/json" in answer.json()["detail"], answer.text
+    assert not rig.door.plane.endpoints["gpu_worker"].queued
+    # a callable without parameters reads no body, so there is nothing to declare (as Flash's dev server)
+    answer, _ = await rig.played(rig.client.post("/m/info/runsync", content=b"junk"), "model", {"output": {}})
+    assert answer.status_code == 200
+
+
+async def test_with_keys_a_body_of_another_type_is_read_as_json(dev: Callable[..., Awaitable[Rig]]) -> None:
+    # the key is what a web page cannot send: a keyed server reads other types as it always did
+    keyed = await dev(APP, keys=("k",))
+    answer = await keyed.client.post(
+        "/gpu_worker/runsync", content=b'{"input": {}}', headers={"content-type": "text/plain", "authorization": "k"}
+    )
+    assert answer.status_code == 422 and answer.json()["detail"] == EMPTY_INPUT
 
 
 async def test_unknown_paths_are_404_and_other_methods_405(dev: Callable[..., Awaitable[Rig]]) -> None:
@@ -499,7 +523,8 @@ async def test_a_caller_that_hangs_up_cancels_its_job(dev: Callable[..., Awaitab
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/gpu_worker/runsync", "headers": [], "query_string": b""}
+    headers = [(b"content-type", JSON.encode())]
+    scope = {"type": "http", "method": "POST", "path": "/gpu_worker/runsync", "headers": headers, "query_string": b""}
     call = asyncio.ensure_future(rig.app(scope, receive, send))
     await until(lambda: rig.door.plane.endpoints["gpu_worker"].queued, "the job to be queued")
     (job_id,) = rig.door.plane.endpoints["gpu_worker"].queue

@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import secrets
-import socket
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flashpoint import codec
 from flashpoint.api.errors import status_of
+from flashpoint.api.loopguard import UNSUPPORTED_MESSAGE, content_type_of, json_typed
 from flashpoint.api.routeproxy import route_pattern
 from flashpoint.api.runpod import Intake, parse_body, submit_checked
 from flashpoint.api.workers import key_matches
@@ -46,7 +46,7 @@ from flashpoint.devlayout import (
     spec_of,
 )
 from flashpoint.errors import BadInputError, ConfigError, Error, NotFoundError
-from flashpoint.hosting import http_url, listening_socket, loopback, open_backend
+from flashpoint.hosting import bind_port, http_url, loopback, open_backend
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.server import announce, input_checkers
@@ -55,8 +55,6 @@ from flashpoint.store.memory import MemoryJobStore
 
 log = logging.getLogger("flashpoint.dev")
 
-#: ports tried from the one asked for, as Flash's dev server does, when it is busy
-PORT_ATTEMPTS = 20
 #: Flash's answer to an empty input, which Runpod's platform refuses too
 EMPTY_INPUT = (
     "Empty or null input. RunPod serverless requires at least one field in the input dict. Use explicit values or "
@@ -71,22 +69,6 @@ NO_ENDPOINTS = (
     "    @api.post('/compute')\n"
     "    async def compute(data: dict) -> dict: ..."
 )
-
-
-def bind_port(host: str, port: int, attempts: int = PORT_ATTEMPTS) -> socket.socket:
-    """A listening socket on ``port``, or the next free one of ``attempts`` (port 0: any free port).
-
-    Raises:
-        ConfigError: every port tried is busy.
-    """
-    for candidate in [0] if port == 0 else range(port, min(port + attempts, 65536)):
-        try:  # a probe first: listening_socket does not close its socket when the bind fails
-            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-                probe.bind((host, candidate))
-            return listening_socket(host, candidate)
-        except OSError:
-            continue
-    raise ConfigError(f"no free port on {host} from {port} to {port + attempts - 1}; choose another with --port")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -157,7 +139,8 @@ class DevApp:
     out or was cancelled is 500 ``{"error": message, "id", "status", "type"}``; a request refused before any job exists
     is a 4xx ``{"detail": message}`` (FastAPI's shape, as Flash's dev server answers): 422 for input that is not
     ``{"input": {...}}``, is empty, or does not fit the signature, 401 without the key (when the server has keys), 405,
-    413 and 429 (the queue is full); 503 ``{"error"}`` at once for an endpoint that can never run on this fleet.
+    413, 415 (a server without keys takes only a body declared ``application/json``) and 429 (the queue is full);
+    503 ``{"error"}`` at once for an endpoint that can never run on this fleet.
     """
 
     def __init__(
@@ -256,6 +239,10 @@ class DevApp:
         except ConnectionResetError:
             return
         given: dict[str, Any] = {}
+        if call.takes_input and not self.api_keys and not json_typed(content_type_of(scope["headers"])):
+            # without a key, a body any web page could send (a form, text/plain) runs nothing (api/loopguard.py)
+            await _send_json(send, 415, {"detail": UNSUPPORTED_MESSAGE})
+            return
         if call.takes_input:  # a callable without parameters ignores the body, as Flash's does
             try:
                 data = parse_body(raw)
@@ -466,8 +453,12 @@ class DevServer:
         reload: bool = True,
         api_keys: tuple[str, ...] = (),
         max_body_bytes: int = 10 * 1024 * 1024,
+        max_connections: int | None = None,
+        header_timeout_s: float | None = None,
+        body_timeout_s: float | None = None,
         say: Callable[[str], None] = print,
     ) -> None:
+        """``max_connections``, ``header_timeout_s``, ``body_timeout_s``: the edge's, as serve's (None: defaults)."""
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise ConfigError(f"{str(root)!r} is not a folder; name the project folder to serve (default: .)")
@@ -480,6 +471,8 @@ class DevServer:
         self.host, self.port, self.reload = host, port, reload
         self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
+        self.max_connections = max_connections
+        self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
         self.say = say
 
     def load(self) -> tuple[Project, Layout]:
@@ -502,6 +495,8 @@ class DevServer:
         import uvicorn
 
         from flashpoint.api.app import Dispatch, create_app
+        from flashpoint.api.loopguard import LoopbackGuard, host_names
+        from flashpoint.api.transport import hardened_protocol
 
         # no bytecode of the project: a file saved twice within one second at one size would look unchanged to a
         # cached .pyc, here and in the workers
@@ -580,9 +575,16 @@ class DevServer:
                 await plane.close()
                 await super().shutdown(sockets)
 
+        served: ASGIApp = app
+        if not api_keys:  # only this machine's names, and no other origin's page (api/loopguard.py)
+            served = LoopbackGuard(app, host_names(self.host, bound, worker_url=settings.worker_url))
+        # serve's edge: header and body deadlines, a connection cap (api/transport.py)
+        protocol = hardened_protocol(max_connections=self.max_connections, header_timeout_s=self.header_timeout_s,
+                                     body_timeout_s=self.body_timeout_s)  # fmt: skip
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, proxy_headers=False, timeout_graceful_shutdown=3
-        )
+            served, http=protocol, log_level="warning", access_log=False, proxy_headers=False,
+            timeout_graceful_shutdown=3,
+        )  # fmt: skip
         _Uvicorn(config).run(sockets=[sock])
 
     def _announce(self, layout: Layout, url: str, port: int, plane: ControlPlane) -> None:

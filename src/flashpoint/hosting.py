@@ -81,6 +81,27 @@ def loopback(host: str) -> bool:
         return False
 
 
+#: ports tried from the one asked for, as Flash's dev server does, when it is busy
+PORT_ATTEMPTS = 20
+
+
+def bind_port(host: str, port: int, attempts: int = PORT_ATTEMPTS) -> socket.socket:
+    """A listening socket on ``port``, or the next free one of ``attempts`` (port 0: any free port), as Flash's dev
+    server moves to the next port when its own is busy (``flashpoint dev``).
+
+    Raises:
+        ConfigError: every port tried is busy.
+    """
+    for candidate in [0] if port == 0 else range(port, min(port + attempts, 65536)):
+        try:  # a probe first: listening_socket does not close its socket when the bind fails
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                probe.bind((host, candidate))
+            return listening_socket(host, candidate)
+        except OSError:
+            continue
+    raise ConfigError(f"no free port on {host} from {port} to {port + attempts - 1}; choose another with --port")
+
+
 def http_url(host: str, port: int) -> str:
     """``http://host:port``, with an IPv6 host in brackets."""
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"

@@ -156,6 +156,12 @@ class Server:
                 f"refusing to listen on {host} without an API key: anyone who can reach it could run jobs. "
                 "Set FLASHPOINT_API_KEY=<key> (or pass --api-key KEY), or serve on 127.0.0.1"
             )
+        if allow_pickle and not api_keys:
+            raise ConfigError(
+                "refusing --allow-pickle without an API key: a pickled argument runs code on this server, and without "
+                "a key any local user or web page that reaches it could send one. Set FLASHPOINT_API_KEY=<key> (or "
+                "pass --api-key KEY) too"
+            )
         self.target = target
         self.settings = settings
         self.host, self.port, self.db = host, port, db
@@ -174,12 +180,9 @@ class Server:
         import uvicorn
 
         from flashpoint.api.app import Dispatch, create_app
+        from flashpoint.api.loopguard import LoopbackGuard, host_names
         from flashpoint.api.runpod import Intake
-        from flashpoint.api.transport import (
-            CoalescingHttpToolsProtocol,
-            default_max_connections,
-            raise_open_file_limit,
-        )
+        from flashpoint.api.transport import hardened_protocol
         from flashpoint.discovery import load_endpoints
         from flashpoint.store.sqlite import SQLiteJobStore
 
@@ -276,15 +279,18 @@ class Server:
                 await plane.close()
                 await super().shutdown(sockets)
 
-        open_files = raise_open_file_limit()
-        protocol = CoalescingHttpToolsProtocol.configured(
-            max_connections=self.max_connections or default_max_connections(open_files),
+        protocol = hardened_protocol(
+            max_connections=self.max_connections,
             header_timeout_s=self.header_timeout_s,
             body_timeout_s=self.body_timeout_s,
         )
         dispatch = Dispatch(app, plane)
+        served: Any = dispatch
+        if not self.api_keys:  # only this machine's names, and no other origin's page (api/loopguard.py)
+            names = host_names(self.host, sock.getsockname()[0], worker_url=self.settings.worker_url)
+            served = LoopbackGuard(dispatch, names)
         config = uvicorn.Config(
-            dispatch,
+            served,
             http=protocol,
             log_level="warning",
             access_log=False,

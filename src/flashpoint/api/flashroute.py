@@ -7,7 +7,8 @@ server (``RUNPOD_ENDPOINT_BASE_URL=http://HOST:PORT/v2``, ``RUNPOD_API_KEY=<its 
 calls the endpoints ``flashpoint serve`` runs.
 
 - Only a request carrying ``X-Flash-Endpoint`` comes here; a plain ``/v2/flash/runsync`` is Runpod's route of an
-  endpoint named ``flash``. Same API key, body limit and intake checks as Runpod's client routes.
+  endpoint named ``flash``. Same API key, body limit and intake checks as Runpod's client routes (without a key, a body
+  not declared ``application/json`` is 415, as Flash's client declares it).
 - Bodies: ``{"input": {kwargs}}``; a class method's ``{"input": {"method": NAME, ...}}``; Flash's ``"__empty": true``
   (sent for a call without arguments) is dropped. ``X-Flash-App``/``X-Flash-Environment`` are recorded in the job's
   ``flashpoint`` metadata (``"flash": {"app", "environment"}``).
@@ -33,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from flashpoint import codec
 from flashpoint.api.errors import body as error_body, status_of
+from flashpoint.api.loopguard import UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE, json_typed
 from flashpoint.api.runpod import FUNCTION_NAME, Intake, parse_body, query_ms, served_targets, submit_checked
 from flashpoint.api.workers import json_response, key_matches
 from flashpoint.errors import BadInputError, Error
@@ -93,6 +95,8 @@ class FlashRoute:
         if self.api_keys and not key_matches(request.headers.get("authorization"), self.api_keys):
             message = "missing or wrong API key: send Authorization: Bearer KEY (Flash sends RUNPOD_API_KEY)"
             return json_response(error_body("unauthorized", message), 401)
+        if not self.api_keys and not json_typed(request.headers.get("content-type")):  # api/loopguard.py
+            return json_response(error_body(UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE), 415)
         try:
             return await self._runsync(request)
         except Error as exc:

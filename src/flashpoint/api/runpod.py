@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from flashpoint import codec
 from flashpoint.api.errors import body as error_body, status_of
+from flashpoint.api.loopguard import UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE, json_typed
 from flashpoint.api.webhooks import check_webhook_url
 from flashpoint.api.workers import json_response, key_matches
 from flashpoint.errors import BadInputError, Error, NotFoundError
@@ -226,6 +227,9 @@ def _route(
             if handler not in CALLER_HANDLERS:
                 return json_response(error_body("forbidden", CALLER_REFUSED), 403)
             request.scope[CALLER_SCOPE_KEY] = caller[1]
+        elif not keys and handler in JSON_HANDLERS and not json_typed(request.headers.get("content-type")):
+            # without a key, a body any web page could send (a form, text/plain) submits nothing (api/loopguard.py)
+            return json_response(error_body(UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE), 415)
         try:
             return await handler(request, plane, request.path_params["endpoint"], intake)
         except Error as exc:
@@ -283,6 +287,8 @@ async def _health(request: Request, plane: ControlPlane, endpoint: str, intake: 
     return json_response(plane.health(endpoint))
 
 
+#: the routes that read a JSON body: without a key, they take only one declared ``application/json`` (else 415)
+JSON_HANDLERS: frozenset[Handler] = frozenset({_run, _runsync})
 #: what a worker's caller key opens here: calling endpoints and following the jobs that worker started
 CALLER_HANDLERS: frozenset[Handler] = frozenset({_run, _runsync, _status, _stream, _cancel})
 

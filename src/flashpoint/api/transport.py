@@ -103,6 +103,20 @@ def default_max_connections(open_files: int | None) -> int:
     return max(1, min(4096, open_files - min(256, open_files // 2)))
 
 
+def hardened_protocol(
+    *, max_connections: int | None = None, header_timeout_s: float | None = None, body_timeout_s: float | None = None
+) -> type[CoalescingHttpToolsProtocol]:
+    """The protocol every flashpoint server listens with (``uvicorn.Config(http=...)``): this process's open-file limit
+    raised (``raise_open_file_limit``), and a connection cap that fits it unless ``max_connections`` is given; None
+    keeps a default (``CoalescingHttpToolsProtocol``'s deadlines)."""
+    open_files = raise_open_file_limit()
+    return CoalescingHttpToolsProtocol.configured(
+        max_connections=max_connections or default_max_connections(open_files),
+        header_timeout_s=header_timeout_s,
+        body_timeout_s=body_timeout_s,
+    )
+
+
 #: where a connection is: between requests (or the app holds a whole request), reading headers, reading a body
 _IDLE, _HEAD, _BODY = 0, 1, 2
 
