@@ -1,5 +1,5 @@
-"""Text from jobs is inert on a terminal, end to end (issue 20 point 6): a real ``flashpoint serve`` whose worker prints,
-returns and raises text that would steer a terminal (OSC 52, a screen clear, a C1 CSI, a carriage return, a bidi
+"""Text from jobs is inert on a terminal, end to end (issue 20 point 6): a real ``flashpoint serve`` whose worker
+prints, returns and raises text that would steer a terminal (OSC 52, a screen clear, a C1 CSI, a carriage return, a bidi
 override); its console, and every CLI command against it, print that text escaped, while ``--json`` keeps it exact. The
 same for ``flashpoint dev``'s console and a script's embedded plane.
 
@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from flashpoint.cli import app
 from tests.conftest import ROOT, SERVER_GPUS, start_serve_process, until
+from tests.test_terminal import raw_characters
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -33,15 +34,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 HOSTILE = "A\x1b]52;c;aGFja2Vk\x07B\x1b[2JC\x9b31mD\rE\u202eF"
 #: how inert text shows it
 SHOWN = "A\\x1b]52;c;aGFja2Vk\\x07B\\x1b[2JC\\x9b31mD\\x0dE\\u202eF"
-#: C0 but tab and line feed, DEL, C1, bidi controls, surrogates; a CR where no line ends
-RAW = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]|\r(?!\n)")
 
 runner = CliRunner()
 
 
 def assert_inert(text: str, *, shows: int = 1) -> None:
     """``text`` holds no raw control character and shows the hostile text, escaped, at least ``shows`` times."""
-    assert RAW.findall(text) == [], text
+    assert raw_characters(text) == [], text
     assert text.count(SHOWN) >= shows, text
 
 
@@ -105,7 +104,7 @@ def test_the_serve_console_prints_worker_lines_and_job_errors_inert(hostile: Hos
 def test_job_shows_output_error_and_traceback_inert_and_json_keeps_them_exact(hostile: Hostile) -> None:
     ok = hostile.cli("job", hostile.ok)
     assert ok.exit_code == 0, ok.output
-    assert RAW.findall(ok.stdout) == [], ok.stdout
+    assert raw_characters(ok.stdout) == [], ok.stdout
     # the output is JSON whose escapes are the exact characters
     assert '"echo": "A\\u001b]52;c;aGFja2Vk\\u0007B\\u001b[2JC\\u009b31mD\\rE\\u202eF"' in ok.stdout
 
@@ -135,7 +134,7 @@ def test_logs_print_each_line_inert(hostile: Hostile) -> None:
 def test_call_prints_json_that_parses_exactly_and_a_failure_inert(hostile: Hostile) -> None:
     done = hostile.cli("call", "hostile", json.dumps({"text": HOSTILE}))
     assert done.exit_code == 0, done.output
-    assert RAW.findall(done.stdout) == [], done.stdout
+    assert raw_characters(done.stdout) == [], done.stdout
     assert json.loads(done.stdout) == {"echo": HOSTILE, HOSTILE: 1}
 
     failed = hostile.cli("call", "hostile", json.dumps({"text": HOSTILE, "fail": True}))
@@ -146,7 +145,7 @@ def test_call_prints_json_that_parses_exactly_and_a_failure_inert(hostile: Hosti
 # ----------------------------------------------------------------------------------------------------------------
 # flashpoint dev, and a script's embedded plane
 
-HOSTILE_FILE = f"""
+HOSTILE_FILE = """
 from runpod_flash import Endpoint
 
 
@@ -163,7 +162,7 @@ raise RuntimeError({HOSTILE!r})
 def start_dev(tmp_path: Path, root: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
     """``flashpoint dev ROOT`` on any free port, its stdout and stderr into files."""
     env = {**os.environ, "FLASHPOINT_SIMULATED_GPUS": "NVIDIA_H200:1", "FLASHPOINT_CPUS": "4",
-           "FLASHPOINT_MEMORY_GB": "16", "FLASHPOINT_STATE_DIR": str(tmp_path / "state"), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+           "FLASHPOINT_MEMORY_GB": "16", "FLASHPOINT_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
     env.pop("FLASHPOINT_API_KEY", None)
     env.pop("FLASHPOINT_URL", None)
     out, err = tmp_path / "dev.out", tmp_path / "dev.err"
@@ -199,6 +198,7 @@ def test_the_dev_console_prints_worker_lines_tracebacks_and_load_errors_inert(tm
             90,
             "flashpoint dev to say where it serves",
         )
+        assert line is not None
         answer = httpx.post(f"{line.group(1)}/hostile/runsync", json={"input": {"text": HOSTILE}}, timeout=120)
         assert answer.status_code == 500 and HOSTILE in answer.json()["error"]  # the HTTP answer is exact JSON
         until(lambda: "Traceback" in err.read_bytes().decode(), 30, "the console's traceback")
