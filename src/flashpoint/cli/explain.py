@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -18,6 +19,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from flashpoint.cli.holders import held_devices, holders_note
 from flashpoint.cli.live import LivePlane, describe, no_plane_message
 from flashpoint.cli.output import (
     CountOption,
@@ -31,8 +33,8 @@ from flashpoint.cli.output import (
 from flashpoint.cli.target import KeyOption, UrlOption, ask, planes, where
 from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
-from flashpoint.errors import ConfigError, NotFoundError
-from flashpoint.explain import Code, Explanation, WaitReason
+from flashpoint.errors import ConfigError, Error, NotFoundError
+from flashpoint.explain import Code, Explanation, OtherProcess, WaitReason
 from flashpoint.fleet import discover_fleet, host_node
 from flashpoint.fleetspec import SimulatedFleet, is_file_reference, load_fleet, read_fleet
 from flashpoint.gpus import describe as describe_gpu
@@ -170,12 +172,26 @@ def render_items(items: list[Item]) -> Text:
 # offline: an app file against the local fleet
 
 
-def explain_offline(spec: EndpointSpec, fleet: Fleet) -> Explanation:
-    """What a control plane on ``fleet`` would do for ``spec`` with nothing running: place a worker, or never."""
+def explain_offline(
+    spec: EndpointSpec, fleet: Fleet, held: Mapping[tuple[str, int], OtherProcess] | None = None
+) -> Explanation:
+    """What a control plane on ``fleet`` would do for ``spec`` with nothing of its own running: place a worker, wait
+    for the devices other processes hold (``held``: ``Device.key`` -> holder, every user's), or never."""
     index = FleetIndex(fleet.devices, fleet.nodes)
+    for device in fleet.devices:
+        if held and device.key in held:
+            index.hold_foreign(device, held[device.key])
     summary_of_fleet = fleet_summary(fleet.devices) if spec.uses_gpu else nodes_summary(fleet.nodes)
     notes = endpoint_notes(spec, index) + host_option_notes(spec)
     result = place_endpoint(spec, index)
+    if isinstance(result, NoFit) and not result.never:
+        return Explanation(
+            spec.name,
+            "a worker would wait now: the devices it could use are held by other processes (the reasons name them)",
+            reasons=result.reasons,
+            fleet=summary_of_fleet,
+            notes=notes,
+        )
     if isinstance(result, NoFit):
         return Explanation(
             spec.name,
@@ -218,8 +234,11 @@ def _offline(app_path: str, target: str | None) -> list[Item]:
     # simulate GPUs when NVML finds none), and the explanation should see the fleet the app would run on.
     settings = Settings.load()
     fleet = discover_fleet(settings, settings.simulated_gpus)
+    held = held_devices(fleet.devices)  # every user's processes, from the lease directory
     source = f"{app_path} against this machine's fleet (nothing started)"
-    return [Item(explain_offline(ep.spec, fleet), source, asks=ep.spec.describe_gpu()) for ep in endpoints.values()]
+    return [
+        Item(explain_offline(ep.spec, fleet, held), source, asks=ep.spec.describe_gpu()) for ep in endpoints.values()
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -396,6 +415,17 @@ def _endpoint_items(plane: LivePlane, body: dict[str, Any]) -> list[Item]:
     ]
 
 
+def _held_here(settings: Settings) -> str:
+    """A line naming who holds this machine's devices (every user's processes, from the lease directory; another
+    user's processes announce nothing to this user): empty when nobody does, or the fleet cannot be read."""
+    try:
+        local = discover_fleet(settings, settings.simulated_gpus).devices
+    except Error:
+        return ""
+    held = holders_note(local, held_devices(local))
+    return f"\n{held}" if held else ""
+
+
 def _live(
     target: str | None,
     settings: Settings,
@@ -413,7 +443,7 @@ def _live(
 
     found = planes(url, key, settings)
     if not found:
-        message = no_plane_message(settings, _OFFLINE_HINT)
+        message = no_plane_message(settings, _OFFLINE_HINT) + _held_here(settings)
         if target is not None and notes is None:
             raise NotFoundError(message)
         note(message)

@@ -14,6 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from flashpoint.cli.holders import held_devices, mark_rows
 from flashpoint.cli.live import LivePlane, describe
 from flashpoint.cli.output import (
     CountOption,
@@ -32,6 +33,7 @@ from flashpoint.config import Settings
 from flashpoint.fleet import discover_fleet
 from flashpoint.gpus import MODELS, GpuGroup, pool_models
 from flashpoint.scheduler.inventory import Fleet, Node
+from flashpoint.scheduler.leases import lease_dir
 from flashpoint.terminal import inert_data
 
 
@@ -96,7 +98,14 @@ def collect(url: str | None, key: str | None, notes: list[str] | None) -> tuple[
         fleets.append(_fleet_body(_ray_fleet(settings), settings.ray_address))
     if not fleets:
         source = "local"
-        fleets.append(_fleet_body(discover_fleet(settings, settings.simulated_gpus), None))
+        local = discover_fleet(settings, settings.simulated_gpus)
+        body = _fleet_body(local, None)
+        # no plane of this user is announced, but another user's (or an unannounced) process may hold devices here
+        held = held_devices(local.devices)
+        mark_rows(body["devices"], local.devices, held)
+        body["models"] = model_summary(body["devices"])
+        body["leaseDir"] = str(lease_dir()) if held else None
+        fleets.append(body)
     return source, fleets, settings
 
 
@@ -113,7 +122,13 @@ def render(source: str, fleets: Sequence[dict[str, Any]], settings: Settings) ->
             )
         elif fleet.get("source") is None:
             origin = "simulated via FLASHPOINT_SIMULATED_GPUS" if settings.simulated_gpus else "NVML"
-            title = f"GPUs of this machine ({origin}; no flashpoint process is running, so all are free)"
+            if fleet.get("leaseDir"):
+                title = (
+                    f"GPUs of this machine ({origin}; no flashpoint process of this user is announced here; "
+                    f"holders of every user from the lease directory {fleet['leaseDir']})"
+                )
+            else:
+                title = f"GPUs of this machine ({origin}; no flashpoint process holds one, so all are free)"
         else:
             title = f"GPUs of {fleet['source']}"
         if not rows:
@@ -212,7 +227,9 @@ def device_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
     for column in ("node", "index", "model", "pool", "VRAM", "kind", "status"):
         table.add_column(column, justify="right" if column in ("index", "VRAM") else "left")
     for row in rows:
-        if row["worker"] is None:
+        if row.get("process"):  # another process (its label names its worker), or what keeps this user out
+            status = f"held by {row['endpoint']}"
+        elif row["worker"] is None:
             status = "free"
         else:
             status = f"held by {row['endpoint']} (worker {row['worker']})"
