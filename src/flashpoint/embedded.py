@@ -98,11 +98,8 @@ class EmbeddedServer:
         from starlette.applications import Starlette
         from starlette.routing import Mount
 
-        from flashpoint.api.transport import (
-            CoalescingHttpToolsProtocol,
-            default_max_connections,
-            raise_open_file_limit,
-        )
+        from flashpoint.api.loopguard import LoopbackGuard, host_names
+        from flashpoint.api.transport import hardened_protocol
         from flashpoint.api.workers import worker_routes
 
         self._stop = asyncio.Event()
@@ -137,10 +134,11 @@ class EmbeddedServer:
         inner = Starlette(routes=routes)
         inner.router.default = clients  # what no route takes
         app = _LazyRoutes(inner, self.plane, self.api_key, wait_s=self.settings.route_wait_s)
-        open_files = raise_open_file_limit()
+        # its key guards the API, not the dashboard's page: only this machine's names, and no other origin's page
+        names = host_names(host, sock.getsockname()[0], worker_url=self.settings.worker_url)
         config = uvicorn.Config(
-            app,
-            http=CoalescingHttpToolsProtocol.configured(max_connections=default_max_connections(open_files)),
+            LoopbackGuard(app, names, "set FLASHPOINT_WORKER_URL to the URL other machines reach this plane at"),
+            http=hardened_protocol(),
             log_level="warning",
             access_log=False,
             lifespan="off",

@@ -1,5 +1,5 @@
 """Options of `flashpoint serve` checked before anything starts: API keys (stripped where they are read; a blank key
-is refused, not silently accepted) and connection limits."""
+is refused, not silently accepted), --allow-pickle (only with a key), and connection limits (`flashpoint dev`'s too)."""
 
 from __future__ import annotations
 
@@ -68,3 +68,20 @@ def test_blank_items_of_the_key_list_are_dropped_and_the_others_stripped(serve: 
         for wrong in ("Bearer first, ,second", "Bearer", "nope"):
             response = client.get("/v2/echo/health", headers={"Authorization": wrong})
             assert response.status_code == 401 and response.json()["code"] == "unauthorized"
+
+
+def test_allow_pickle_without_a_key_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    # a pickled argument runs code on the server: without a key, any local user or web page could send one
+    result = serve_cli(tmp_path, "--allow-pickle")
+    assert isinstance(result.exception, ConfigError), result.output
+    assert "--allow-pickle" in str(result.exception) and "FLASHPOINT_API_KEY" in str(result.exception)
+    with pytest.raises(ConfigError, match="allow-pickle without an API key"):
+        Server("app.py", settings=Settings.load({}), allow_pickle=True)
+    Server("app.py", settings=Settings.load({}), allow_pickle=True, api_keys=("k",))  # with a key it starts
+
+
+def test_dev_connection_limits_must_be_positive(tmp_path: Path) -> None:
+    for option in ("--max-connections", "--header-timeout-s", "--body-timeout-s"):
+        result = runner.invoke(app, ["dev", str(tmp_path), option, "0"], env={"FLASHPOINT_API_KEY": None})
+        assert isinstance(result.exception, ConfigError), result.output
+        assert f"{option} must be positive" in str(result.exception)

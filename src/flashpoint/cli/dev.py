@@ -16,6 +16,7 @@ import typer
 from flashpoint.cli.serve import _api_keys
 from flashpoint.config import Settings
 from flashpoint.console import inert_handler
+from flashpoint.errors import ConfigError
 from flashpoint.terminal import inert
 
 
@@ -33,16 +34,36 @@ def dev(
     reload: Annotated[
         bool, typer.Option("--reload/--no-reload", help="Reload a changed file's endpoints; queued jobs stay.")
     ] = True,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            help="Most open client connections; past it the oldest one without a request is closed, else new ones "
+            "are refused (default: 4096, or less under a low open-file limit)."
+        ),
+    ] = None,
+    header_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a request's headers may take to arrive before the connection is closed.")
+    ] = 10.0,
+    body_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a request's body may take to arrive, once its headers are in.")
+    ] = 60.0,
 ) -> None:
     """Serve every endpoint in a project folder with Flash's dev URLs (POST /<file>/runsync, /<file>/<function>/runsync,
     routes under /<file>/...; /docs lists them) on this machine's GPUs, reloading when a file changes."""
     logging.basicConfig(level=logging.INFO, handlers=[inert_handler()])  # worker lines and job errors come from others
     settings = Settings.load(dict(os.environ))
     keys = tuple(_api_keys(settings.api_key, []))
+    for name, value in (("max-connections", max_connections), ("header-timeout-s", header_timeout_s),
+                        ("body-timeout-s", body_timeout_s)):  # fmt: skip
+        if value is not None and not value > 0:
+            raise ConfigError(f"--{name} must be positive, got {value}")
 
     def say(text: str) -> None:
         print(inert(text), flush=True)
 
     from flashpoint.devserver import DevServer  # FastAPI and the server: loaded when `dev` runs, not for every command
 
-    DevServer(folder, settings=settings, host=host, port=port, reload=reload, api_keys=keys, say=say).run()
+    DevServer(
+        folder, settings=settings, host=host, port=port, reload=reload, api_keys=keys, max_connections=max_connections,
+        header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s, say=say,
+    ).run()  # fmt: skip

@@ -1,0 +1,231 @@
+"""Servers without a key against web pages (issue 20, point 1): a request naming another host (DNS rebinding) is 421 and
+one a page of another origin sends (``Origin``, ``Sec-Fetch-Site``) is 403, on every route, HTTP-route endpoints
+included; a job body not declared JSON is 415 and stores nothing; programs (curl-like JSON, the route endpoint, the
+dashboard's own page) keep working, and a server with a key keeps today's behaviour. Real ``flashpoint serve`` and
+``flashpoint dev`` processes and a real embedded plane, real HTTP on 127.0.0.1; a real browser:
+tests/hardening/test_browser.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flashpoint.embedded import EmbeddedServer
+from tests.conftest import ROOT, Served, until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+APP = "tests/apps/keyless_app.py"
+#: a page of attacker.example that pointed its name at 127.0.0.1
+REBOUND = {"Host": "attacker.example:8000"}
+#: what a page of another origin cannot help sending
+PAGES = [
+    {"Origin": "http://attacker.example"},
+    {"Sec-Fetch-Site": "cross-site"},
+    {"Origin": "http://localhost:1234", "Sec-Fetch-Site": "same-site"},  # another port of this machine
+]
+BODY = b'{"input": {"a": 1}}'
+
+
+def refused(answer: httpx.Response, status: int, code: str) -> None:
+    assert answer.status_code == status, f"{answer.request.method} {answer.request.url}: {answer.text}"
+    body = answer.json()
+    assert body["code"] == code and body["error"] == body["message"], body
+
+
+def job_count(client: httpx.Client) -> int:
+    return len(client.get("/v1/jobs").raise_for_status().json()["jobs"])
+
+
+def test_a_keyless_serve_answers_only_this_machines_names_and_its_own_pages(serve: Callable[..., Served]) -> None:
+    served = serve(app=APP, key="")
+    with httpx.Client(base_url=served.url, timeout=60) as client:
+        for method, path in [("GET", "/v1/jobs"), ("GET", "/v1/fleet"), ("GET", "/metrics"), ("GET", "/"),
+                             ("GET", "/docs"), ("POST", "/v2/echo/run"), ("POST", "/v2/echo/runsync"),
+                             ("GET", "/v2/echo/health"), ("POST", "/api/compute")]:  # fmt: skip
+            body = {"json": {"input": {"a": 1}}} if method == "POST" else {}
+            refused(client.request(method, path, headers=REBOUND, **body), 421, "misdirected_request")
+        for headers in PAGES:
+            for path in ("/v2/echo/run", "/api/compute", "/v2/echo/purge-queue"):
+                refused(client.post(path, json={"input": {"a": 1}}, headers=headers), 403, "cross_origin")
+            refused(client.get("/v1/jobs", headers=headers), 403, "cross_origin")
+        # a body any page could send without asking: not declared JSON
+        for kind in ("text/plain;charset=UTF-8", "application/x-www-form-urlencoded", None):
+            headers = {"Content-Type": kind} if kind else {}
+            for path in ("/v2/echo/run", "/v2/echo/runsync"):
+                refused(client.post(path, content=BODY, headers=headers), 415, "unsupported_media_type")
+        flash = {"X-Flash-Endpoint": "echo", "Content-Type": "text/plain"}
+        refused(client.post("/v2/flash/runsync", content=BODY, headers=flash), 415, "unsupported_media_type")
+        assert job_count(client) == 0
+        # programs keep working: JSON as curl -H 'Content-Type: application/json' sends it, a route, the dashboard
+        done = client.post(
+            "/v2/echo/runsync", content=BODY, headers={"Content-Type": "application/json; charset=utf-8"}
+        )
+        assert done.status_code == 200 and done.json()["output"] == {"payload": {"a": 1}}, done.text
+        routed = client.post("/api/compute", json={"numbers": [1, 2]})
+        assert routed.status_code == 200 and routed.json() == {"total": 3}, routed.text
+        page = client.get("/", headers={"Accept": "text/html", "Sec-Fetch-Site": "none"})
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        own = {"Origin": served.url, "Sec-Fetch-Site": "same-origin", "Host": served.url.removeprefix("http://")}
+        assert client.get("/v1/jobs", headers=own).status_code == 200
+        assert client.get("/v1/fleet", headers={"Host": "localhost"}).status_code == 200
+        assert job_count(client) == 1
+
+
+def test_a_serve_with_a_key_keeps_answering_other_names_and_types(serve: Callable[..., Served]) -> None:
+    # a page cannot send the key (a browser asks first, and the server never answers a CORS preflight)
+    served = serve(app=APP, key="k")
+    with httpx.Client(base_url=served.url, headers=served.headers, timeout=60) as client:
+        assert client.get("/v1/jobs", headers=REBOUND).status_code == 200
+        typed = client.post("/v2/echo/run", content=BODY, headers={"Content-Type": "text/plain"})
+        assert typed.status_code == 200, typed.text
+        assert job_count(client) == 1
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# flashpoint dev
+
+
+class Dev:
+    """A running ``flashpoint dev`` process: its URL and the lines it printed."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.url = ""
+
+
+@pytest.fixture
+def dev(tmp_path: Path) -> Iterator[Callable[..., Dev]]:
+    """``dev(*args)``: ``flashpoint dev`` (no key) of a one-file project on 127.0.0.1 port 0; SIGINT at teardown."""
+    started: list[Dev] = []
+
+    def start(*args: str) -> Dev:
+        root = tmp_path / "project"
+        root.mkdir()
+        (root / "worker.py").write_text(
+            'from flashpoint import Endpoint\n\n@Endpoint(name="worker", cpu="cpu3c-1-2")\n'
+            "async def double(x: int) -> int:\n    return 2 * x\n"
+        )
+        env = {**os.environ, "FLASHPOINT_SIMULATED_GPUS": "NVIDIA_H200:1", "FLASHPOINT_CPUS": "4",
+               "FLASHPOINT_MEMORY_GB": "16", "FLASHPOINT_STATE_DIR": str(tmp_path / "state"),
+               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        env.pop("FLASHPOINT_API_KEY", None)
+        env.pop("FLASHPOINT_URL", None)
+        command = [sys.executable, "-m", "flashpoint", "dev", str(root), "--host", "127.0.0.1", "--port", "0", *args]
+        with (tmp_path / "dev.err").open("w") as err:
+            proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        served = Dev(proc)
+        started.append(served)
+        stdout = proc.stdout
+        assert stdout is not None
+        threading.Thread(target=lambda: served.lines.extend(iter(stdout.readline, "")), daemon=True).start()
+        line = until(
+            lambda: (
+                next((line for line in list(served.lines) if line.startswith("flashpoint dev serving")), None)
+                or proc.poll() is not None
+            ),
+            90,
+            "flashpoint dev to start",
+        )
+        assert isinstance(line, str), (tmp_path / "dev.err").read_text()[-3000:]
+        served.url = line.split()[3]
+        return served
+
+    yield start
+    for served in started:
+        if served.proc.poll() is None:
+            served.proc.send_signal(2)
+            try:
+                served.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                served.proc.kill()
+                served.proc.wait(10)
+        if served.proc.stdout is not None:
+            served.proc.stdout.close()
+
+
+def test_a_keyless_dev_server_answers_only_this_machines_names_and_its_own_pages(dev: Callable[..., Dev]) -> None:
+    served = dev()
+    with httpx.Client(base_url=served.url, timeout=60) as client:
+        for method, path in [("POST", "/worker/runsync"), ("GET", "/docs"), ("GET", "/ping"), ("GET", "/v1/jobs"),
+                             ("GET", "/metrics"), ("POST", "/v2/worker/run")]:  # fmt: skip
+            body = {"json": {"input": {"x": 1}}} if method == "POST" else {}
+            refused(client.request(method, path, headers=REBOUND, **body), 421, "misdirected_request")
+        for headers in PAGES:
+            refused(client.post("/worker/runsync", json={"input": {"x": 1}}, headers=headers), 403, "cross_origin")
+        for kind in ("text/plain", None):
+            headers = {"Content-Type": kind} if kind else {}
+            answer = client.post("/worker/runsync", content=b'{"input": {"x": 1}}', headers=headers)
+            assert answer.status_code == 415 and "application/json" in answer.json()["detail"], answer.text
+            refused(client.post("/v2/worker/run", content=b'{"input": {"x": 1}}', headers=headers), 415,
+                    "unsupported_media_type")  # fmt: skip
+        assert job_count(client) == 0
+        done = client.post("/worker/runsync", json={"input": {"x": 21}})
+        assert done.status_code == 200 and done.json()["output"] == 42, done.text
+        assert client.get("/docs", headers={"Host": "localhost"}).status_code == 200
+
+
+def read_until_closed(sock: socket.socket, timeout: float) -> bytes:
+    """What the server sent before closing the connection (within ``timeout`` s)."""
+    sock.settimeout(timeout)
+    received = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+    raise AssertionError(f"the server did not close the connection within {timeout}s")
+
+
+def test_dev_closes_half_sent_heads_at_its_header_deadline(dev: Callable[..., Dev]) -> None:
+    # flashpoint dev listens with serve's hardened transport (api/transport.py): a head that never ends does not hold
+    served = dev("--header-timeout-s", "0.5")
+    address = served.url.removeprefix("http://").split(":")
+    heads = [socket.create_connection((address[0], int(address[1])), timeout=30) for _ in range(40)]
+    try:
+        for sock in heads:
+            sock.sendall(b"POST /worker/runsync HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 100\r\n")
+        for sock in heads:
+            assert read_until_closed(sock, 30).startswith(b"HTTP/1.1 408")
+    finally:
+        for sock in heads:
+            sock.close()
+    with httpx.Client(base_url=served.url, timeout=60) as client:
+        assert client.get("/ping").status_code == 200
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the embedded plane: its API takes its key, but its dashboard's page does not
+
+
+def test_the_embedded_plane_answers_only_this_machines_names_and_its_own_pages(
+    make_embedded: Callable[..., EmbeddedServer],
+) -> None:
+    embedded = make_embedded("NVIDIA_H200:1")
+    keyed = {"Authorization": f"Bearer {embedded.api_key}"}
+    with httpx.Client(base_url=embedded.url, headers=keyed, timeout=30) as client:
+        for method, path in [("GET", "/"), ("GET", "/static/dashboard/dashboard.js"), ("GET", "/v1/fleet"),
+                             ("POST", "/v2/anything/run")]:  # fmt: skip
+            answer = client.request(method, path, headers=REBOUND)
+            refused(answer, 421, "misdirected_request")
+            assert "FLASHPOINT_WORKER_URL" in answer.json()["message"]
+        for headers in PAGES:
+            refused(client.get("/v1/fleet", headers=headers), 403, "cross_origin")
+        assert client.get("/v1/fleet").status_code == 200
+        assert client.get("/", headers={"Accept": "text/html"}).status_code == 200
+        assert re.search(r"<html", client.get("/").text, re.I)
