@@ -12,7 +12,7 @@ import pytest
 from flashpoint import Endpoint, GpuType
 from flashpoint.embedded import EmbeddedServer
 from flashpoint.scheduler import credentials
-from flashpoint.scheduler.credentials import caller_credential, caller_of, worker_credential
+from flashpoint.scheduler.credentials import caller_credential, caller_of, route_credential, worker_credential
 
 #: a GPU the simulated fleet lacks: its jobs stay queued and no worker starts
 waiting = Endpoint(name="caller-target", gpu=GpuType.NVIDIA_B200)(lambda text: text)
@@ -33,6 +33,21 @@ def test_the_key_names_its_worker_and_any_change_refuses_it() -> None:
     for bad in (forged, token[:-1] + ("A" if token[-1] != "A" else "B"), "fpc.", "fpc.!!.x", "x" + token, ""):
         assert caller_of(bad, keys) is None
     assert caller_of(token, lambda e, w: worker_credential(b"another plane", e, w)) is None
+
+
+def test_a_route_secret_is_its_own_key_per_worker_and_opens_nothing_else() -> None:
+    keys = lambda endpoint, worker: worker_credential(b"secret", endpoint, worker)  # noqa: E731
+    secret = route_credential(keys("a", "a-w1"), "a", "a-w1")
+    assert len(secret) == 43 and secret == route_credential(keys("a", "a-w1"), "a", "a-w1")  # stateless
+    others = {
+        keys("a", "a-w1"),  # its pull key
+        caller_credential(keys("a", "a-w1"), "a", "a-w1"),  # its caller key
+        route_credential(keys("a", "a-w2"), "a", "a-w2"),  # another worker's
+        route_credential(keys("b", "a-w1"), "b", "a-w1"),  # another endpoint's, same worker id
+        route_credential(worker_credential(b"another plane", "a", "a-w1"), "a", "a-w1"),
+    }
+    assert secret not in others and len(others) == 5
+    assert caller_of(secret, keys) is None  # not a caller key either
 
 
 def test_the_mac_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,12 @@ DONE_BATCH = PREFIX + "/job-done-batch/{worker}"
 CHUNK = PREFIX + "/job-stream/{worker}/{job}"
 PING = PREFIX + "/ping/{worker}"
 
+#: the environment variable that holds a route worker's route secret, and the request header the server's proxy sends
+#: it in on every request to that worker (``scheduler/credentials.route_credential``); flashpoint's route worker
+#: answers 403 without it, and a command route worker may check it the same way
+ROUTE_SECRET_ENV = "FLASHPOINT_ROUTE_SECRET"
+ROUTE_SECRET_HEADER = "x-flashpoint-route-secret"
+
 #: a line a worker prints while a job runs starts with this, the job's id and ``\x1f`` (the plane strips it)
 LOG_MARK = "\x1ffp:"
 

@@ -20,6 +20,7 @@ from flashpoint import GpuType
 from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.runpod import Intake
 from flashpoint.api.transport import CoalescingHttpToolsProtocol
+from flashpoint.scheduler.credentials import route_credential
 from flashpoint.spec import RouteSpec
 from tests.apps import route_stub_worker
 from tests.conftest import eventually
@@ -41,7 +42,11 @@ async def serving(app: Any, protocol: Any = "httptools") -> AsyncIterator[str]:
     """``app`` served by uvicorn on 127.0.0.1 (a free port) in this loop; its address."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, http=protocol, log_level="critical", lifespan="off", timeout_graceful_shutdown=0.1)
+    # proxy_headers off, as the servers run: uvicorn would otherwise take a loopback client's X-Forwarded-For as its
+    # address
+    config = uvicorn.Config(
+        app, http=protocol, log_level="critical", lifespan="off", timeout_graceful_shutdown=0.1, proxy_headers=False
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -157,6 +162,63 @@ async def test_each_method_goes_to_the_worker_with_its_path_query_body_and_heade
     assert headers["x-forwarded-host"] == rig.url.removeprefix("http://")
     assert headers["host"] == rig.door.worker("api").address  # the worker's own address
     assert "user-agent" in names and "accept-encoding" in names  # httpx's, passed on; none added by the proxy
+    assert rig.door.plane.endpoint("api").in_flight == 0
+
+
+async def test_the_worker_gets_its_route_secret_and_only_the_proxys_forwarding_headers(rig: Rig) -> None:
+    await rig.warm()
+    claims = [
+        ("X-Forwarded-For", "203.0.113.9"),
+        ("X-Forwarded-Host", "attacker.example"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Forwarded-Prefix", "/admin"),
+        ("X-Forwarded-Port", "443"),
+        ("X-Forwarded-Anything", "x"),
+        ("Forwarded", "for=203.0.113.9;host=attacker.example"),
+        ("X-Flashpoint-Route-Secret", "forged"),
+    ]
+    got = seen(await rig.client.get("/api/echo", headers=[*AUTH.items(), *claims]))
+    sent = [(name, value) for name, value in got["headers"] if name.startswith("x-forwarded-") or name == "forwarded"]
+    proxy = rig.url.removeprefix("http://")
+    assert sorted(sent) == [
+        ("x-forwarded-for", "127.0.0.1"),
+        ("x-forwarded-host", proxy),
+        ("x-forwarded-prefix", "/api"),
+        ("x-forwarded-proto", "http"),
+    ]
+    worker = rig.door.worker("api")
+    secret = route_credential(rig.door.plane.worker_credential("api", worker.id), "api", worker.id)
+    assert [value for name, value in got["headers"] if name == "x-flashpoint-route-secret"] == [secret]
+    assert secret != rig.door.plane.worker_credential("api", worker.id)  # not the worker's pull key
+
+
+async def test_an_endless_answer_head_is_502_and_its_connection_closed(rig: Rig) -> None:
+    wrote = 0
+    cut = asyncio.Event()
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal wrote
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        line = b"x-filler: " + b"a" * 1014 + b"\r\n"
+        try:
+            while wrote < 256 * 2**20:  # bounded: a proxy that reads on fails the test, not the machine
+                writer.write(line)
+                wrote += len(line)
+                await writer.drain()
+        except ConnectionError:
+            cut.set()  # the proxy closed the connection while the head went on
+
+    async with raw_worker(endless) as address:
+        await rig.warm(address=address)
+        response = await asyncio.wait_for(rig.client.get("/api/echo", headers=AUTH), 30)
+        body = response.json()
+        assert response.status_code == 502 and body["code"] == "bad_worker_answer"
+        assert "head passed 64 KiB" in body["message"]
+        await asyncio.wait_for(cut.wait(), 30)
+    # what the worker got written: the proxy's 64 KiB and what the two sockets' kernel buffers held, far below the
+    # bound the writer stops at
+    assert wrote < 32 * 2**20
     assert rig.door.plane.endpoint("api").in_flight == 0
 
 

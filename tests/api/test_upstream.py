@@ -223,6 +223,77 @@ async def test_a_worker_that_hangs_up_or_speaks_nonsense_is_lost(script: bytes, 
         assert not pool._idle.get(address)
 
 
+def _head(size: int) -> bytes:
+    """An answer whose head (status line, headers, blank line) is ``size`` bytes, with a body of 2."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n"
+    filler = 0
+    while len(head) + 2 < size:
+        room = size - len(head) - 2 - len(b"x-f00000: \r\n")
+        head += b"x-f%05d: %s\r\n" % (filler, b"a" * max(0, min(1000, room)))
+        filler += 1
+    assert len(head) + 2 == size
+    return head + b"\r\nok"
+
+
+@pytest.mark.parametrize(
+    ("size", "pieces", "taken"),
+    [
+        (upstream.MAX_HEAD_BYTES - 512, 1, True),
+        (upstream.MAX_HEAD_BYTES - 512, 97, True),  # trickled: each piece its own read
+        (upstream.MAX_HEAD_BYTES + 512, 1, False),  # in one read, or a few
+        (upstream.MAX_HEAD_BYTES + 512, 97, False),
+        (8 * upstream.MAX_HEAD_BYTES, 1, False),
+    ],
+)
+async def test_an_answer_head_past_the_limit_is_a_bad_answer(size: int, pieces: int, taken: bool) -> None:
+    answer_bytes = _head(size)
+    step = -(-len(answer_bytes) // pieces)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request_head(reader)
+        for start in range(0, len(answer_bytes), step):
+            writer.write(answer_bytes[start : start + step])
+            await writer.drain()
+        await reader.read()  # until the client closes
+
+    async with scripted(answer) as address:
+        pool = Upstream(connect_timeout_s=5)
+        exchange = await pool.exchange(address, 30)
+        exchange.send(GET % b"x", None)
+        if taken:
+            status, headers = await asyncio.wait_for(exchange.head(), 10)
+            assert status == 200 and len(headers) > 60
+            assert await exchange.read() == b"ok"
+        else:
+            with pytest.raises(upstream.BadAnswer, match="head passed 64 KiB"):
+                await asyncio.wait_for(exchange.head(), 10)  # at once, not at the read deadline
+        exchange.release()
+        assert bool(pool._idle.get(address)) is taken  # a bad answer's connection is closed
+
+
+async def test_an_endless_header_is_a_bad_answer_and_its_connection_closed() -> None:
+    closed = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nx-endless: ")
+        try:
+            for _ in range(64 * 1024):  # at most 64 MiB of one header's value, never ended
+                writer.write(b"a" * 1024)
+                await writer.drain()
+        except ConnectionError:
+            closed.set()
+
+    async with scripted(answer) as address:
+        pool = Upstream(connect_timeout_s=5)
+        exchange = await pool.exchange(address, 30)
+        exchange.send(GET % b"x", None)
+        with pytest.raises(upstream.BadAnswer):
+            await asyncio.wait_for(exchange.head(), 10)
+        exchange.release()
+        await asyncio.wait_for(closed.wait(), 10)  # the worker's writes fail: nobody reads them any more
+
+
 async def test_a_silent_worker_times_out_at_the_read_deadline() -> None:
     gone = asyncio.Event()
 

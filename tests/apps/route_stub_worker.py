@@ -5,7 +5,7 @@ proxy must serve an unmodified worker.
 ``/ping`` answers 204 until a short start-up step (``ROUTE_STUB_START_S``, 0.3 s) is done, then 200. Routes:
 ``/echo`` (any method: what the worker received), ``/items/{item_id}`` and ``/raw/{rest:path}`` (the same),
 ``/stream?id=X`` (one chunk, then the next only once ``POST /release/X`` came), ``/slow?seconds=N``,
-``/status/{code}``, ``/whoami``.
+``/status/{code}``, ``/whoami`` (its variables, and the route secrets it was presented).
 """
 
 from __future__ import annotations
@@ -78,9 +78,10 @@ async def status(request: Request) -> Response:
 
 
 async def whoami(request: Request) -> Response:
-    variables = ("PORT", "PORT_HEALTH", "FLASHPOINT_ROUTE_HOST", "FLASHPOINT_MAX_BODY_MB")
+    variables = ("PORT", "PORT_HEALTH", "FLASHPOINT_ROUTE_HOST", "FLASHPOINT_MAX_BODY_MB", "FLASHPOINT_ROUTE_SECRET")
     return JSONResponse({"worker": WORKER, "pid": os.getpid(), "port": os.environ.get("PORT"),
-                         "env": {name: os.environ.get(name) for name in variables}})  # fmt: skip
+                         "env": {name: os.environ.get(name) for name in variables},
+                         "presented": request.headers.getlist("x-flashpoint-route-secret")})  # fmt: skip
 
 
 ANY = ["GET", "POST", "PUT", "PATCH", "DELETE"]

@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from flashpoint import Endpoint
@@ -70,6 +71,12 @@ def upload(file: bytes, label: str = "") -> dict[str, Any]:
 @api.post("/fail")
 def fail(message: str = "boom") -> None:
     raise ValueError(message)
+
+
+@api.get("/headers")
+def headers(request: Request) -> dict[str, str]:
+    """The request's headers, as the route sees them."""
+    return dict(request.headers)
 
 
 @api.post("/gates/{name}")

@@ -80,6 +80,28 @@ def test_each_method_reaches_the_worker_with_query_and_body_and_never_the_key(se
     assert row(server, "api")["kind"] == "routes"
 
 
+def test_client_sent_forwarding_headers_and_route_secrets_never_reach_the_worker(server: Served) -> None:
+    claims = {
+        "X-Forwarded-For": "203.0.113.9",
+        "X-Forwarded-Proto": "https",
+        "X-Forwarded-Host": "attacker.example",
+        "X-Forwarded-Prefix": "/admin",
+        "Forwarded": "for=203.0.113.9",
+        "X-Flashpoint-Route-Secret": "forged",
+    }
+    with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as client:
+        got = echo(client.get("/api/echo", headers=claims))
+        presented = client.get("/api/whoami", headers=claims).json()["presented"]
+    forwarding = sorted((n, v) for n, v in got["headers"] if n.startswith("x-forwarded-") or n == "forwarded")
+    assert forwarding == [
+        ("x-forwarded-for", "127.0.0.1"),
+        ("x-forwarded-host", server.url.removeprefix("http://")),
+        ("x-forwarded-prefix", "/api"),
+        ("x-forwarded-proto", "http"),
+    ]
+    assert len(presented) == 1 and presented[0] != "forged"  # the proxy's, in place of the client's
+
+
 def test_a_stream_comes_through_chunk_by_chunk(server: Served) -> None:
     with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as client:
         with client.stream("GET", "/api/stream?id=e2e") as response:
@@ -96,7 +118,10 @@ def test_the_first_request_waits_for_a_cold_worker_scale_from_zero(server: Serve
     assert got["worker"].startswith("cold-w1-")
     (worker,) = row(server, "cold")["workers"]
     assert worker["state"] == "IDLE" and worker["address"] == f"127.0.0.1:{got['port']}"
-    # Runpod's load-balanced contract, plus the address to bind and the server's body limit (--max-body-mb 0.01)
+    # Runpod's load-balanced contract, plus the address to bind, the server's body limit (--max-body-mb 0.01) and the
+    # route secret the proxy presents with every request (a command worker may check it)
+    secret = got["env"].pop("FLASHPOINT_ROUTE_SECRET")
+    assert len(secret) == 43 and got["presented"] == [secret]
     limit = got["env"].pop("FLASHPOINT_MAX_BODY_MB")
     assert got["env"] == {"PORT": got["port"], "PORT_HEALTH": got["port"], "FLASHPOINT_ROUTE_HOST": "127.0.0.1"}
     assert float(limit) * 2**20 == int(0.01 * 2**20)  # the server's own limit, in bytes exactly
@@ -188,6 +213,15 @@ def test_flashpoints_own_route_worker_serves_through_the_proxy(tmp_path: Path) -
             health = client.get("/routes-app/health")
             assert health.status_code == 200 and health.json()["endpoint"] == "routes-app"
             assert client.post("/routes-app/compute", json={"numbers": [1, 2], "scale": 2}).json() == {"sum": 6.0}
+            seen = client.get("/routes-app/headers", headers={"X-Flashpoint-Route-Secret": "forged"}).json()
+            assert "x-flashpoint-route-secret" not in seen  # presented by the proxy, taken out by the worker
+        # a local process calling the worker directly, without the server's key, is refused
+        addresses = [w["address"] for w in row(served, "routes-app")["workers"]]
+        assert addresses
+        for address in addresses:
+            direct = httpx.post(f"http://{address}/compute", json={"numbers": [7, 7]}, timeout=10)
+            assert direct.status_code == 403 and direct.json()["code"] == "forbidden"
+            assert httpx.get(f"http://{address}/health", headers=AUTH, timeout=10).status_code == 403
     finally:
         served.stop()
 
@@ -203,8 +237,12 @@ def test_the_embedded_plane_serves_route_endpoints_and_flashpoint_gpus_shows_the
         embedded.plane.register(api.spec, api.worker_target())
 
     embedded.run_sync(register(), timeout=10)
-    got = echo(httpx.get(f"{embedded.url}/api/echo", headers={"Authorization": embedded.api_key}, timeout=60))
+    spoofed = {"Authorization": embedded.api_key, "X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https"}
+    got = echo(httpx.get(f"{embedded.url}/api/echo", headers=spoofed, timeout=60))
     assert got["worker"].startswith("api-w1-")
+    # the embedded server takes no client's word for its address either
+    forwarding = {n: v for n, v in got["headers"] if n in ("x-forwarded-for", "x-forwarded-proto")}
+    assert forwarding == {"x-forwarded-for": "127.0.0.1", "x-forwarded-proto": "http"}
     env = {**os.environ, "FLASHPOINT_STATE_DIR": str(tmp_path / "state"), "FLASHPOINT_SIMULATED_GPUS": "NVIDIA_H200:1"}
     shown = subprocess.run(
         [sys.executable, "-m", "flashpoint", "gpus", "--json"], env=env, capture_output=True, text=True, timeout=60

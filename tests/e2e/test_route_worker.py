@@ -1,6 +1,7 @@
 """Real route workers (``python -m flashpoint.worker --routes``): each serves its endpoint's routes over real HTTP on
-127.0.0.1:$PORT, answers /ping once ready, and exits on SIGTERM and when its parent dies; loaded by import path
-(``tests/apps/routes_app.py``) and from a pickled routes table (routes declared in a function)."""
+127.0.0.1:$PORT, only to requests carrying its route secret, answers /ping once ready, and exits on SIGTERM and when
+its parent dies; loaded by import path (``tests/apps/routes_app.py``) and from a pickled routes table (routes declared
+in a function)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ from flashpoint.routes import route_target
 from tests.conftest import ROOT, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+#: the route secret the tests' workers get (FLASHPOINT_ROUTE_SECRET), and the header that presents it
+SECRET = "route-secret-for-tests"
+PRESENTED = {"X-Flashpoint-Route-Secret": SECRET}
 
 
 def _free_port() -> int:
@@ -57,7 +62,14 @@ def _spawn(tmp_path: Path, source: list[str], env: dict[str, str], name: str) ->
         proc = subprocess.Popen(
             [sys.executable, "-m", "flashpoint.worker", "--routes", *source],
             cwd=ROOT,
-            env={**inherited, "PORT": str(port), "PORT_HEALTH": str(port), "FLASHPOINT_ENDPOINT": "routes-app", **env},
+            env={
+                **inherited,
+                "PORT": str(port),
+                "PORT_HEALTH": str(port),
+                "FLASHPOINT_ENDPOINT": "routes-app",
+                "FLASHPOINT_ROUTE_SECRET": SECRET,
+                **env,
+            },
             stdout=stdout,
             stderr=stderr,
         )
@@ -68,7 +80,7 @@ def _ready(worker: Worker) -> bool:
     if worker.proc.poll() is not None:
         raise AssertionError(f"the worker exited ({worker.proc.returncode}) before it was ready:\n{worker.output()}")
     try:
-        return httpx.get(f"{worker.url}/ping", timeout=5).status_code == 200
+        return httpx.get(f"{worker.url}/ping", headers=PRESENTED, timeout=5).status_code == 200
     except httpx.TransportError:  # not listening yet: the code is still loading
         return False
 
@@ -104,7 +116,7 @@ def _stream_with_gate(client: httpx.Client, method: str, path: str, gate: str, *
 def test_a_worker_serves_its_routes_by_import_path_and_exits_on_sigterm(start_worker: Callable[..., Worker]) -> None:
     worker = start_worker("--import", "tests.apps.routes_app:api")
 
-    with httpx.Client(base_url=worker.url, timeout=30) as client:
+    with httpx.Client(base_url=worker.url, headers=PRESENTED, timeout=30) as client:
         assert client.get("/ping").json() == {"status": "healthy"}
         assert client.get("/health").json() == {"status": "ok", "endpoint": "routes-app"}
         assert client.post("/compute", json={"numbers": [1, 2], "scale": 2}).json() == {"sum": 6.0}
@@ -166,9 +178,34 @@ def test_a_worker_serves_routes_declared_in_a_function_from_a_pickled_table(
     worker = start_worker("--pickle", str(code))
 
     # Then it serves them, in its own process
-    with httpx.Client(base_url=worker.url, timeout=30) as client:
+    with httpx.Client(base_url=worker.url, headers=PRESENTED, timeout=30) as client:
         assert client.post("/add/1", json={"b": 2}).json() == {"sum": 13}
         assert client.get("/pid").json() == worker.proc.pid
+    assert worker.stop() == 0
+
+
+def test_a_worker_answers_only_requests_carrying_its_route_secret(start_worker: Callable[..., Worker]) -> None:
+    # Given a real worker, called directly (as any local process could, skipping the server and its key)
+    worker = start_worker("--import", "tests.apps.routes_app:api")
+    header = "X-Flashpoint-Route-Secret"
+
+    with httpx.Client(base_url=worker.url, timeout=30) as client:
+        # When the secret is missing, wrong, or one of two copies
+        for sent in ([], [(header, "wrong")], [(header, SECRET[:-1])], [(header, SECRET), (header, "x")]):
+            refused = client.post("/compute", json={"numbers": [7, 7]}, headers=sent)
+            # Then the worker answers 403, and the route does not run
+            assert refused.status_code == 403 and refused.json()["code"] == "forbidden", refused.text
+            assert "FLASHPOINT_ROUTE_SECRET" in refused.json()["message"]
+            assert client.get("/ping", headers=sent).status_code == 403
+
+        # With it, the route runs, and never sees the header
+        served = client.post("/compute", json={"numbers": [1, 1]}, headers=PRESENTED)
+        assert served.json() == {"sum": 2.0}
+        seen = client.get("/headers", headers={**PRESENTED, "X-Other": "kept"}).json()
+        assert seen["x-other"] == "kept" and header.lower() not in seen
+    # the route prints each sum it computes: the refused ones (sent first) printed nothing
+    until(lambda: "computing the sum of [1.0, 1.0]" in worker.out.read_text(), timeout=10, what="the served print")
+    assert "[7.0, 7.0]" not in worker.output()
     assert worker.stop() == 0
 
 
@@ -190,7 +227,7 @@ def test_a_worker_exits_when_its_parent_dies(tmp_path: Path) -> None:
     parent_script = textwrap.dedent(
         f"""
         import os, subprocess, sys
-        env = dict(os.environ, PORT="{port}", FLASHPOINT_PARENT_PID=str(os.getpid()))
+        env = dict(os.environ, PORT="{port}", FLASHPOINT_PARENT_PID=str(os.getpid()), FLASHPOINT_ROUTE_SECRET="s")
         child = subprocess.Popen(
             [sys.executable, "-m", "flashpoint.worker", "--routes", "--import", "tests.apps.routes_app:api"], env=env
         )
@@ -207,7 +244,9 @@ def test_a_worker_exits_when_its_parent_dies(tmp_path: Path) -> None:
         def ready() -> bool:
             assert not _gone(child), "the worker exited before it was ready"
             try:
-                return httpx.get(f"{url}/ping", timeout=5).status_code == 200
+                return (
+                    httpx.get(f"{url}/ping", headers={"X-Flashpoint-Route-Secret": "s"}, timeout=5).status_code == 200
+                )
             except httpx.TransportError:
                 return False
 
@@ -233,6 +272,7 @@ def test_a_worker_exits_when_its_parent_dies(tmp_path: Path) -> None:
         (["--import", "tests.apps.routes_app:api"], {"PORT": ""}, "set PORT to a free TCP port"),
         (["--import", "tests.apps.routes_app:_gate"], {}, "a route worker serves an Endpoint with routes"),
         (["--import", "tests.apps.routes_app:api"], {"FLASHPOINT_DEPENDENCIES": '["no-such-dist-fp"]'}, "no-such-dist"),
+        (["--import", "tests.apps.routes_app:api"], {"FLASHPOINT_ROUTE_SECRET": ""}, "set FLASHPOINT_ROUTE_SECRET"),
     ],
 )
 def test_a_worker_that_cannot_serve_exits_saying_why(

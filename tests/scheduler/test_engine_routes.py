@@ -13,6 +13,7 @@ import pytest
 from flashpoint import GpuType
 from flashpoint.errors import BadInputError, InvalidEndpointError
 from flashpoint.explain import Explanation
+from flashpoint.scheduler.credentials import route_credential
 from flashpoint.scheduler.records import Worker, WorkerState
 from flashpoint.scheduler.supervision import MAX_START_ATTEMPTS
 from flashpoint.spec import RouteSpec, ServerlessScalerType, WorkerTarget
@@ -265,12 +266,15 @@ async def test_routes_declared_later_update_the_endpoint_but_other_options_are_r
 
 async def test_queue_workers_are_never_polled() -> None:
     asked: list[str] = []
+    secrets: list[str] = []
 
-    async def probe(address: str, timeout_s: float) -> int | None:
+    async def probe(address: str, timeout_s: float, secret: str) -> int | None:
         asked.append(address)
+        secrets.append(secret)
         return 200
 
-    door = await open_door(probe=probe)
+    # a secret in the plane's own environment (or an endpoint's env) reaches no worker: each route worker gets its own
+    door = await open_door(probe=probe, worker_env={"FLASHPOINT_ROUTE_SECRET": "inherited"})
     door.endpoint(name="jobs", gpu=GpuType.NVIDIA_H200, workers=(1, 1))
     await door.step(1)
     assert asked == [] and door.worker("jobs").address is None
@@ -278,6 +282,11 @@ async def test_queue_workers_are_never_polled() -> None:
     await door.settle()
     await until(lambda: door.worker("api").state is WorkerState.IDLE, "the route worker to be ready")
     assert asked == [door.worker("api").address]  # one answer of 200 was enough
+    # asked with the route secret the worker got, and no queue worker got one
+    worker = door.worker("api")
+    expected = route_credential(door.plane.worker_credential("api", worker.id), "api", worker.id)
+    assert secrets == [expected] == [door.backend.launch(worker.id).env["FLASHPOINT_ROUTE_SECRET"]]
+    assert "FLASHPOINT_ROUTE_SECRET" not in door.backend.launch(door.worker("jobs").id).env
 
 
 async def test_a_route_worker_lost_with_requests_in_flight_leaves_the_counts_exact() -> None:

@@ -117,6 +117,27 @@ async def test_ping_reads_the_status_of_a_real_server_and_none_where_nothing_lis
     assert await readiness.ping(f"127.0.0.1:{port}", 5.0) is None  # refused
 
 
+async def test_ping_presents_the_route_secret_when_it_has_one() -> None:
+    heads: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await readiness.ping(f"127.0.0.1:{port}", 5.0, "s3cret") == 200
+        assert await readiness.ping(f"127.0.0.1:{port}", 5.0) == 200
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert b"\r\nx-flashpoint-route-secret: s3cret\r\n" in heads[0]
+    assert b"x-flashpoint-route-secret" not in heads[1]
+
+
 async def test_ping_gives_up_on_a_server_that_never_answers() -> None:
     held: list[asyncio.StreamWriter] = []
 

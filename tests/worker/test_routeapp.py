@@ -27,9 +27,11 @@ pytestmark = pytest.mark.timeout(30)
 
 
 @asynccontextmanager
-async def started(*routes: Route, max_body_bytes: int = 1 << 20) -> AsyncIterator[httpx.AsyncClient]:
+async def started(
+    *routes: Route, max_body_bytes: int = 1 << 20, route_secret: str | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the app serving ``routes``, after the app's startup (as uvicorn runs it)."""
-    app = create_app(routes, max_body_bytes=max_body_bytes)
+    app = create_app(routes, max_body_bytes=max_body_bytes, route_secret=route_secret)
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://worker") as client:
             yield client
@@ -299,6 +301,38 @@ async def test_ping_answers_204_until_the_app_has_started_then_200() -> None:
     assert (before.status_code, before.content) == (204, b"")
     assert (ready.status_code, ready.json()) == (200, {"status": "healthy"})
     assert after.status_code == 204  # shut down: no traffic
+
+
+SECRET_HEADER = "X-Flashpoint-Route-Secret"
+
+
+async def test_only_requests_carrying_the_route_secret_are_served_and_the_route_never_sees_it() -> None:
+    calls: list[list[str]] = []
+
+    def headers(request: Request) -> list[str]:
+        calls.append(list(request.headers))
+        return list(request.headers)
+
+    refused: list[httpx.Response] = []
+    async with started(("POST", "/headers", headers), route_secret="s3cret-value") as client:
+        for sent in (
+            [],
+            [(SECRET_HEADER, "wrong")],
+            [(SECRET_HEADER, "s3cret-valu")],
+            [(SECRET_HEADER, "s3cret-value"), (SECRET_HEADER, "wrong")],  # one copy, and the right one
+        ):
+            refused += [await client.post("/headers", headers=sent), await client.get("/ping", headers=sent)]
+        assert calls == []  # nothing of the endpoint's ran
+        served = await client.post("/headers", headers={SECRET_HEADER: "s3cret-value", "X-Other": "kept"})
+        ping = await client.get("/ping", headers={SECRET_HEADER: "s3cret-value"})
+
+    for response in refused:
+        body = response.json()
+        assert response.status_code == 403 and body["code"] == "forbidden"
+        assert "x-flashpoint-route-secret" in body["message"] and "FLASHPOINT_ROUTE_SECRET" in body["message"]
+    assert served.status_code == 200 and "x-other" in served.json()
+    assert "x-flashpoint-route-secret" not in served.json() and calls == [served.json()]  # taken out before the route
+    assert ping.json() == {"status": "healthy"}
 
 
 async def test_a_body_over_the_limit_is_413() -> None:

@@ -8,11 +8,14 @@ One request, in order: the server's API key (401; the key is never forwarded), t
 limit (413 ``payload_too_large`` before anything is forwarded), a worker (the one with the fewest requests in flight;
 with none ready, the request is held, which is demand: a worker starts, up to the wait bound, then 503 ``no_worker``
 with the endpoint's explanation; an endpoint that can never run on this fleet answers 503 at once), the exchange with
-the worker (method, path below the endpoint's name, query, body and headers, less hop-by-hop ones and the server's
-``Authorization``, plus ``X-Forwarded-*``), and the answer streamed back as it arrives (every chunk is sent on when
+the worker (method, path below the endpoint's name, query, body and headers, less hop-by-hop ones, the server's
+``Authorization`` and every client-sent ``X-Forwarded-*``, ``Forwarded`` and route-secret header, plus the proxy's own
+``X-Forwarded-*`` and the worker's route secret, ``wire.ROUTE_SECRET_HEADER``: flashpoint's route worker answers
+nothing without it), and the answer streamed back as it arrives (every chunk is sent on when
 read: a chunked or SSE answer is never buffered). A worker that fails before its answer began is 502 ``worker_lost``
 (504 ``worker_timeout`` past the read deadline); after, the client's connection is closed mid-answer, since a status
-already sent cannot change. The plane learns of a lost worker by its exit, as for any worker.
+already sent cannot change. An answer head over ``upstream.MAX_HEAD_BYTES`` (64 KiB) is 502 ``bad_worker_answer``,
+and that connection is closed. The plane learns of a lost worker by its exit, as for any worker.
 
 Deadlines: connecting to a worker ``CONNECT_TIMEOUT_S``; each read from it (its answer's head, then every gap between
 two chunks) the endpoint's ``execution_timeout_ms``, or ``READ_TIMEOUT_S`` when it has none. The client's own reads are
@@ -31,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
-from flashpoint import codec
-from flashpoint.api.upstream import Exchange, Upstream, WorkerLost, WorkerTimeout
+from flashpoint import codec, wire
+from flashpoint.api.upstream import BadAnswer, Exchange, Upstream, WorkerLost, WorkerTimeout
 from flashpoint.api.workers import key_matches
 from flashpoint.explain import Explanation
 from flashpoint.scheduler.loop import ControlPlane
@@ -54,9 +57,13 @@ HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection", b"te",
      b"trailer", b"transfer-encoding", b"upgrade"}
 )  # fmt: skip
+#: the request header holding a worker's route secret
+_SECRET = wire.ROUTE_SECRET_HEADER.encode()
 #: request headers not forwarded: hop-by-hop ones, the server's key, and what the proxy sets itself (the worker's host,
-#: the body's length; ``expect``: the body was read already)
-_DROP_REQUEST = HOP_BY_HOP | {b"authorization", b"host", b"content-length", b"expect"}
+#: the body's length, ``forwarded`` and the route secret; ``expect``: the body was read already); every
+#: ``x-forwarded-*`` header a client sent is dropped too (``_FORWARDED``), so the worker sees only the proxy's own
+_DROP_REQUEST = HOP_BY_HOP | {b"authorization", b"host", b"content-length", b"expect", b"forwarded", _SECRET}
+_FORWARDED = b"x-forwarded-"
 #: answer headers not passed back: hop-by-hop ones, and what the server sets itself
 _DROP_RESPONSE = HOP_BY_HOP | {b"date", b"server"}
 #: methods that label metrics as themselves (anything else is "other")
@@ -194,6 +201,8 @@ class RouteProxy:
                 elif name == b"host":
                     host = value
                 continue
+            if name.startswith(_FORWARDED):  # a client's claim of where it came from, replaced by the proxy's own
+                continue
             forwarded.append(b"%s: %s\r\n" % (name, value))
         if self.api_keys and not key_matches(auth.decode("latin-1") if auth else None, self.api_keys):
             status, body = _error("unauthorized", "send the API key as Authorization: Bearer KEY", 401)
@@ -226,6 +235,7 @@ class RouteProxy:
         )
         if host is not None:
             forwarded.append(b"x-forwarded-host: %s\r\n" % host)
+        forwarded.append(b"%s: %s\r\n" % (_SECRET, self.plane.route_secret(worker).encode()))
         try:
             return await self._forward(ep, worker, scope, receive, send, forwarded, content)
         finally:
@@ -335,6 +345,9 @@ class RouteProxy:
         except WorkerTimeout:
             what = f"worker {worker.id} of {ep.spec.name!r} did not answer within {self._read_timeout(ep):g}s"
             return await self._failed(send, started, "worker_timeout", what, 504)
+        except BadAnswer as exc:
+            what = f"worker {worker.id} of {ep.spec.name!r} at {address} sent a bad answer ({exc})"
+            return await self._failed(send, started, "bad_worker_answer", what, 502)
         except WorkerLost as exc:
             what = f"worker {worker.id} of {ep.spec.name!r} at {address} was lost mid-request ({exc})"
             return await self._failed(send, started, "worker_lost", what, 502)

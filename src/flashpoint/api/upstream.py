@@ -13,8 +13,11 @@ it). An answer that arrives whole in one read is whole when ``head`` returns: ``
 
 Deadlines: connecting ``connect_timeout_s``; every wait for the worker (the head, each later piece) ``read_timeout_s``,
 one timer per wait, none when the data is already there. A worker that closes the connection or sends what is not
-HTTP before the answer's end raises ``WorkerLost``; a deadline raises ``WorkerTimeout``. Backpressure: past
-``HIGH_WATER`` bytes read and not yet taken, the connection stops reading from the worker until they are.
+HTTP before the answer's end raises ``WorkerLost``; one whose answer head (status line and headers) passes
+``MAX_HEAD_BYTES`` raises ``BadAnswer`` (a ``WorkerLost``) and its connection is closed, so an endless head costs the
+server 64 KiB, not its memory; a deadline raises ``WorkerTimeout``. The head is one wait: bytes trickling in do not
+extend it, so a head takes at most ``read_timeout_s``. Backpressure: past ``HIGH_WATER`` bytes read and not yet taken,
+the connection stops reading from the worker until they are.
 
 Idle connections are kept per worker address, newest first, for ``IDLE_S`` seconds, below the route worker's own
 keep-alive (``worker/routeserver.py``), so a worker never closes a connection the pool is about to reuse; a connection
@@ -38,10 +41,16 @@ IDLE_S = 30.0
 MAX_IDLE = 256
 #: bytes of an answer read and not yet taken, past which reading from the worker pauses
 HIGH_WATER = 256 * 1024
+#: the largest answer head (status line and headers) taken from a worker; past it the answer is a ``BadAnswer``
+MAX_HEAD_BYTES = 64 * 1024
 
 
 class WorkerLost(Exception):
     """The worker closed the connection, refused it, or answered with something that is not HTTP."""
+
+
+class BadAnswer(WorkerLost):
+    """The worker's answer cannot be taken (its head passed ``MAX_HEAD_BYTES``); its connection is closed."""
 
 
 class WorkerTimeout(Exception):
@@ -67,6 +76,10 @@ class _Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
+        #: bytes of the head: received while it was incomplete, and of its headers as parsed (each bounded apart:
+        #: the read that completes a head may carry body too, and a header the parser still assembles is not parsed)
+        self.head_received = 0
+        self.head_parsed = 0
         #: the answer's Content-Length; whether it is chunked (neither: its body ends when the worker closes)
         self.length: int | None = None
         self.chunked = False
@@ -88,9 +101,19 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except httptools.HttpParserError as exc:  # a BadAnswer a callback raised is the failure already
             self._fail(WorkerLost(f"the worker's answer is not HTTP ({exc})"))
             assert self.transport is not None
+            self.transport.close()
+            return
+        if not self.head_done:
+            self.head_received += len(data)
+            if self.head_received > MAX_HEAD_BYTES:
+                self._head_too_large()
+
+    def _head_too_large(self) -> None:
+        self._fail(BadAnswer(f"its answer's head passed {MAX_HEAD_BYTES // 1024} KiB"))
+        if self.transport is not None:
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -104,6 +127,10 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks --------------------------------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.head_parsed += len(name) + len(value) + 4
+        if self.head_parsed > MAX_HEAD_BYTES:
+            self._head_too_large()
+            raise BadAnswer("head too large")  # stops the parser (feed_data raises)
         self.headers.append((name, value))
         if len(name) in (14, 17):  # the two framing headers
             lowered = name.lower()

@@ -133,10 +133,10 @@ class StubBackend:
         worker.ping = status
         worker.answered.set()
 
-    async def probe(self, address: str, timeout_s: float) -> int | None:
-        """The plane's readiness probe of a stub route worker: waits until the test gives its ``/ping`` an answer
-        (``answer``) or the worker exits, and returns that answer. A long-poll, so the plane's polling needs no
-        clock: each answer is heard once."""
+    async def probe(self, address: str, timeout_s: float, secret: str = "") -> int | None:
+        """The plane's readiness probe of a stub route worker (``secret`` is not checked): waits until the test gives
+        its ``/ping`` an answer (``answer``) or the worker exits, and returns that answer. A long-poll, so the plane's
+        polling needs no clock: each answer is heard once."""
         worker = self._by_address.get(address)  # with a shared address, the last worker started there
         if worker is None or not worker.running:
             return None

@@ -4,6 +4,10 @@ The plane keeps one secret and never hands it out. A worker's key is an HMAC of 
 secret, so the worker routes check a request against the worker named in its path without keeping any state: code
 of endpoint A holds a key that opens only A's routes for its own worker id, and cannot take B's queued jobs or post
 a result for another worker's job.
+
+Two more keys derive from a worker's key, each under its own prefix, so none opens what another does: its caller key
+(``caller_credential``: calls to other endpoints) and a route worker's route secret (``route_credential``: what the
+server's proxy presents to it on every request).
 """
 
 from __future__ import annotations
@@ -55,6 +59,19 @@ def caller_of(token: str, worker_key_of: Callable[[str, str], str]) -> tuple[str
     if not hmac.compare_digest(token.encode(), expected.encode()):
         return None
     return endpoint, worker_id
+
+
+def route_credential(worker_key: str, endpoint: str, worker_id: str) -> str:
+    """The route secret of route worker ``worker_id`` of ``endpoint``, whose worker key is ``worker_key``.
+
+    The server's proxy sends it with every request to that worker (``wire.ROUTE_SECRET_HEADER``) and the worker gets
+    it in ``FLASHPOINT_ROUTE_SECRET``; flashpoint's route worker answers nothing without it, so a local process cannot
+    call the worker directly and skip the server's key. An HMAC of the endpoint and worker id under the worker key,
+    with a ``route`` prefix: it is not the worker key, a caller key, or any other worker's secret, and none of those
+    can be computed from it (URL-safe text, 43 characters).
+    """
+    who = endpoint.encode("utf-8", "surrogatepass") + b"\x00" + worker_id.encode("utf-8", "surrogatepass")
+    return _b64(hmac.new(worker_key.encode("ascii"), b"route\x00" + who, hashlib.sha256).digest())
 
 
 def bearer(header: str | None) -> str:

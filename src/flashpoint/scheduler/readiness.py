@@ -1,9 +1,10 @@
 """Readiness of route workers: when a worker that serves HTTP counts as ready, how often it is asked, and the ask.
 
 A route worker is ready when its ``GET /ping`` answers 200 (Runpod's load-balanced worker contract: 204 while it
-initialises). The plane polls each starting route worker until then: ``verdict`` decides from one answer, ``delay``
-says how long to wait before the next, and ``ping`` asks (standard library only: the engine imports no HTTP client).
-Queue workers are never polled: they say they are ready by pulling.
+initialises), asked with the worker's route secret (flashpoint's route worker answers 403 without it; any other
+ignores the header). The plane polls each starting route worker until then: ``verdict`` decides from one answer,
+``delay`` says how long to wait before the next, and ``ping`` asks (standard library only: the engine imports no HTTP
+client). Queue workers are never polled: they say they are ready by pulling.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from enum import Enum
 
-#: asks a worker's ``GET /ping`` at ``address`` (``host:port``) within ``timeout_s``: its status, or None when nothing
-#: answered (connection refused, reset or timed out; not HTTP)
-Probe = Callable[[str, float], Awaitable["int | None"]]
+from flashpoint.wire import ROUTE_SECRET_HEADER
+
+#: asks a worker's ``GET /ping`` at ``address`` (``host:port``) within ``timeout_s``, presenting ``secret`` (the
+#: worker's route secret): its status, or None when nothing answered (connection refused, reset or timed out; not HTTP)
+Probe = Callable[[str, float, str], Awaitable["int | None"]]
 
 #: the first pause between two asks, and the longest: the pause grows by half each time, so a worker that is up in a
 #: few milliseconds is seen at once, and one loading a model for minutes is asked twice a second
@@ -70,20 +73,21 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def ping(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> int | None:
-    """``GET /ping`` at ``address`` over a fresh connection: the status, or None when nothing (HTTP) answered in
-    ``timeout_s``."""
+async def ping(address: str, timeout_s: float = PROBE_TIMEOUT_S, secret: str = "") -> int | None:
+    """``GET /ping`` at ``address`` over a fresh connection, with ``secret`` in the route secret's header (none when
+    empty): the status, or None when nothing (HTTP) answered in ``timeout_s``."""
     try:
-        return await asyncio.wait_for(_ping(address), timeout_s)
+        return await asyncio.wait_for(_ping(address, secret), timeout_s)
     except (OSError, ValueError, asyncio.TimeoutError):
         return None
 
 
-async def _ping(address: str) -> int | None:
+async def _ping(address: str, secret: str) -> int | None:
     host, port = split_address(address)
     reader, writer = await asyncio.open_connection(host, port)
+    presented = b"%s: %s\r\n" % (ROUTE_SECRET_HEADER.encode(), secret.encode("ascii")) if secret else b""
     try:
-        writer.write(b"GET /ping HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % address.encode())
+        writer.write(b"GET /ping HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n" % (address.encode(), presented))
         line = await reader.readline()  # the status line; bounded by the stream's limit (64 KiB)
     finally:
         writer.close()

@@ -68,6 +68,8 @@ class Worker:
     address: str | None = None
     #: requests the server's proxy has handed a route worker and not yet seen answered
     in_flight: int = 0
+    #: a route worker's route secret (``RouteServing.route_secret``), kept once computed: the proxy sends it per request
+    route_secret: str = ""
 
     @property
     def live(self) -> bool:

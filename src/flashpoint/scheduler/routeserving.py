@@ -4,7 +4,8 @@ a route worker is ready.
 ``RouteServing`` is a base of ``WorkerSupervision`` (so of ``ControlPlane``) beside ``WorkerProtocol``: the route side
 of the same state machine. A route worker is placed, scaled, stopped and explained as any worker; what differs is
 only how work reaches it (the server's proxy forwards HTTP requests to its address instead of the worker pulling jobs)
-and how it says it is ready (its ``GET /ping`` answers 200; the plane polls it, see ``readiness``). So the records
+and how it says it is ready (its ``GET /ping`` answers 200; the plane polls it, see ``readiness``), and that every
+request to it, the readiness probe's included, carries its route secret (``route_secret``). So the records
 carry the route side in the fields the planner already reads: a request held for a worker counts in ``ep.queued`` (a
 route endpoint has no jobs), a worker serving requests is RUNNING, one serving none IDLE; ``ep.in_flight`` is the
 REQUEST_COUNT scaler's load.
@@ -28,6 +29,7 @@ from flashpoint.clock import Clock
 from flashpoint.errors import BadInputError
 from flashpoint.explain import Explanation
 from flashpoint.scheduler import readiness
+from flashpoint.scheduler.credentials import route_credential
 from flashpoint.scheduler.readiness import Probe, Verdict
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import EndpointSpec, ServerlessScalerType
@@ -105,6 +107,9 @@ class RouteServing(ABC):
     @abstractmethod
     def explain_endpoint(self, name: str) -> Explanation: ...
 
+    @abstractmethod
+    def worker_credential(self, endpoint: str, worker_id: str) -> str: ...
+
     def _init_routes(self, probe: Probe, ready_timeout_s: float, poll_s: tuple[float, float]) -> None:
         #: route endpoints by name: what the proxy looks a request's first path segment up in
         self.routed: dict[str, EndpointState] = {}
@@ -117,6 +122,15 @@ class RouteServing(ABC):
 
     # ----------------------------------------------------------------------------------------------------------------
     # the proxy's verbs (on the plane's loop)
+
+    def route_secret(self, worker: Worker) -> str:
+        """What the proxy presents to ``worker`` on every request (``wire.ROUTE_SECRET_HEADER``), as the worker got it
+        in ``FLASHPOINT_ROUTE_SECRET``: derived from its worker key, computed once."""
+        secret = worker.route_secret
+        if not secret:
+            key = self.worker_credential(worker.endpoint, worker.id)
+            secret = worker.route_secret = route_credential(key, worker.endpoint, worker.id)
+        return secret
 
     def take_route_worker(self, ep: EndpointState) -> Worker | None:
         """A ready worker for one request now, counted in flight until ``release_route_worker``; None: none is
@@ -229,7 +243,7 @@ class RouteServing(ABC):
         address = worker.address
         asked = 0
         while address is not None and self._starting(worker):
-            status = await self._probe(address, readiness.PROBE_TIMEOUT_S)
+            status = await self._probe(address, readiness.PROBE_TIMEOUT_S, self.route_secret(worker))
             if not self._starting(worker):
                 return
             waited = self.clock.monotonic() - worker.started_at

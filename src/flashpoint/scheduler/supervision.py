@@ -24,13 +24,13 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from flashpoint import volumes, wire
-from flashpoint.backends.base import Backend, ExitCallback, Launch, LineCallback
+from flashpoint.backends.base import Backend, Launch, LineCallback
 from flashpoint.clock import Clock
 from flashpoint.console import line_level
 from flashpoint.errors import BackendError, NotReadyError
 from flashpoint.jobs import LOG_CUT, MAX_JOB_LOG_LINES, Job, JobError, JobStatus, Reason
 from flashpoint.scheduler import watchdog
-from flashpoint.scheduler.credentials import caller_credential
+from flashpoint.scheduler.credentials import caller_credential, route_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder, Node
@@ -90,7 +90,7 @@ class Supervisor:
         max_result_bytes: int,
         credential: Callable[[str, str], str],
         on_line: LineCallback,
-        on_exit: Callable[[str, int, bool | None], None],
+        on_exit: Callable[[str, int, bool | None, str], None],
         on_not_ready: Callable[[Worker, NotReadyError], None],
         on_serving: Callable[[Worker], None] = lambda worker: None,
         node_of: Callable[[str], Node | None] = lambda name: None,
@@ -208,6 +208,11 @@ class Supervisor:
         # routes here, with a key that opens only calls and the jobs this worker started (default_connection.py)
         env["FLASHPOINT_CALLER_URL"] = self.base_url
         env["FLASHPOINT_CALLER_KEY"] = caller_credential(key, name, worker.id)
+        # a route worker answers only requests carrying its route secret, which the server's proxy sends (an inherited
+        # or declared value never reaches a worker: a queue worker has none)
+        env.pop(wire.ROUTE_SECRET_ENV, None)
+        if ep.spec.serves_routes:
+            env[wire.ROUTE_SECRET_ENV] = route_credential(key, name, worker.id)
         if self.parent_pid is not None:
             env["FLASHPOINT_PARENT_PID"] = str(self.parent_pid)
         return env
@@ -216,7 +221,9 @@ class Supervisor:
         self._keep(self._start(worker, launch))
 
     async def _start(self, worker: Worker, launch: Launch) -> None:
-        on_exit: ExitCallback = lambda worker_id, code: self._on_exit(worker_id, code, None)  # noqa: E731
+        def on_exit(worker_id: str, code: int, /, cause: str = "") -> None:
+            self._on_exit(worker_id, code, None, cause)
+
         try:
             started = await self.backend.start(launch, self._on_line, on_exit)
             if launch.http and started.address is None:
@@ -227,7 +234,7 @@ class Supervisor:
         except BackendError as exc:
             worker.stderr_tail.append(str(exc))
             worker.environment_failed = exc.code == ENVIRONMENT_SETUP_FAILED
-            self._on_exit(worker.id, -1, True)
+            self._on_exit(worker.id, -1, True, "it could not be started")
             return
         worker.device_ids = started.device_ids
         worker.address = started.address
@@ -360,30 +367,32 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             line_level(line), "[%s %s] %s", endpoint, f"job={job_id}" if job_id else f"worker={worker_id}", inert(line)
         )
 
-    def _on_exit(self, worker_id: str, code: int, failed: bool | None = None) -> None:
+    def _on_exit(self, worker_id: str, code: int, failed: bool | None = None, cause: str = "") -> None:
         """A worker process ended. Before its first pull that is a failed start only if it ``failed`` by itself
-        (by default: judged from ``code``, see ``scheduler.exits``); a worker killed from outside is only lost."""
+        (by default: judged from ``code``, see ``scheduler.exits``); a worker killed from outside is only lost.
+        ``cause``: what the backend says happened, when it lost sight of the process (then no signal is meant)."""
         worker = self.workers.get(worker_id)
         if worker is None:
             return
         expected = worker.state is WorkerState.STOPPING
-        self._forget(worker, f"worker {worker_id} ended ({describe_exit(code)})")
+        how = describe_exit(code, cause)
+        self._forget(worker, f"worker {worker_id} ended ({how})")
         if expected or self._closing:
             return
         ep = self.endpoints[worker.endpoint]
         if worker.ever_ready:
-            log.warning("worker %s of %s ended unexpectedly (%s)", worker_id, worker.endpoint, describe_exit(code))
+            log.warning("worker %s of %s ended unexpectedly (%s)", worker_id, worker.endpoint, how)
         elif failed_by_itself(code) if failed is None else failed:
             self._start_failed(ep, worker, code)
         else:
-            self._start_lost(ep, worker, code)
+            self._start_lost(ep, worker, how)
 
     def _on_not_ready(self, worker: Worker, exc: NotReadyError) -> None:
         """The worker's place never came up (a Ray actor not ready in time): not the endpoint's fault. Its devices
         are passed over for a while, and the next worker goes to the next candidate."""
         log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
         worker.state = WorkerState.STOPPING
-        self._on_exit(worker.id, -1)
+        self._on_exit(worker.id, -1, cause="its place never came up")
         until = self.clock.monotonic() + SET_ASIDE_S
         for device in worker.devices:
             if device in self.index and self.index.is_free(device):
@@ -470,17 +479,17 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             self._finish(job, JobStatus.FAILED, reason, error)
         ep.queue.clear()
 
-    def _start_lost(self, ep: EndpointState, worker: Worker, code: int) -> None:
+    def _start_lost(self, ep: EndpointState, worker: Worker, how: str) -> None:
         """A starting worker killed from outside: not its handler's fault, so no failed start is counted and the
         queued jobs wait for the next worker; a short back-off keeps a kill loop (say, OOM) from spinning."""
         ep.start_losses += 1
         delay = lost_start_delay(ep.start_losses)
         ep.next_start_at = max(ep.next_start_at, self.clock.monotonic() + delay)
         log.warning(
-            "worker %s of %s was %s before taking a job; starting another in %.1fs (not counted as a failed start)",
+            "worker %s of %s ended before taking a job (%s); starting another in %.1fs (not counted as a failed start)",
             worker.id,
             ep.spec.name,
-            describe_exit(code),
+            how,
             delay,
         )
 

@@ -13,6 +13,9 @@ Runpod Flash's ``runtime/lb_handler.py`` builds it, plus ``GET /ping``, a body l
   function is one) streams as JSON lines (``application/jsonl``, one item per line, as FastAPI streams ``yield``);
   anything else is JSON.
 - ``GET /ping``: 204 until the app's startup (its lifespan) has run, then 200 ``{"status": "healthy"}``.
+- The route secret (``route_secret``, the worker's ``FLASHPOINT_ROUTE_SECRET``): every request, ``/ping`` included,
+  must carry it in ``wire.ROUTE_SECRET_HEADER`` (compared in constant time), else 403 ``forbidden`` and nothing of
+  the endpoint's runs; the header is removed before the route sees the request.
 - Errors: validation is FastAPI's 422 with its ``detail``; a function that raises gives 500
   ``{"error", "code": "handler_error", "type", "message"}`` and its traceback on stderr; a body over the limit is 413
   ``payload_too_large``.
@@ -24,6 +27,7 @@ Worker side: imports FastAPI, Starlette and pydantic (only route workers load th
 from __future__ import annotations
 
 import asyncio
+import hmac
 import inspect
 import json
 import os
@@ -50,6 +54,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from flashpoint import bodylimit
 from flashpoint.bodylimit import BodyLimit
 from flashpoint.routes import Route, path_params
+from flashpoint.wire import ROUTE_SECRET_ENV, ROUTE_SECRET_HEADER
 
 __all__ = ["BODY_METHODS", "MAX_BODY_BYTES", "create_app"]
 
@@ -63,9 +68,12 @@ _SKIPPED = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 _BODY = "__flashpoint_body"
 
 
-def create_app(routes: Sequence[Route], *, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+def create_app(
+    routes: Sequence[Route], *, max_body_bytes: int = MAX_BODY_BYTES, route_secret: str | None = None
+) -> FastAPI:
     """The worker's ASGI app serving ``routes`` (``(method, path, function)``), ``GET /ping`` and nothing else (no
-    ``/docs``: every path but ``/ping`` is the endpoint's own).
+    ``/docs``: every path but ``/ping`` is the endpoint's own). With ``route_secret`` (a worker always has one:
+    ``routeserver``), only requests carrying it are served; None (in-process tests) serves every request.
 
     Raises:
         TypeError: a route function whose signature cannot become a request (the route is named).
@@ -95,6 +103,8 @@ def create_app(routes: Sequence[Route], *, max_body_bytes: int = MAX_BODY_BYTES)
         BodyLimit, max_bytes=max_body_bytes, advice="send less, or raise the worker's FLASHPOINT_MAX_BODY_MB"
     )
     app.add_middleware(Errors)
+    if route_secret is not None:
+        app.add_middleware(RouteSecret, secret=route_secret)  # outermost: nothing runs before it
     return app
 
 
@@ -293,6 +303,44 @@ async def _send_json(send: Send, status: int, payload: bytes) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
+
+
+class RouteSecret:
+    """Serve only requests that carry the worker's route secret (the server's proxy sends it); 403 ``forbidden``
+    otherwise. The header is taken out of the request the app sees. Lifespan events pass."""
+
+    def __init__(self, app: ASGIApp, secret: str) -> None:
+        if not secret:
+            raise ValueError("a route secret cannot be empty")
+        self.app = app
+        self.secret = secret.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        presented: list[bytes] = []
+        kept: list[tuple[bytes, bytes]] = []
+        for name, value in scope["headers"]:
+            if name == _SECRET:
+                presented.append(value)
+            else:
+                kept.append((name, value))
+        # exactly one copy, and the right one (compare_digest takes as long whatever the first wrong byte)
+        if len(presented) != 1 or not hmac.compare_digest(presented[0], self.secret):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            message = (
+                f"this route worker serves only its server's proxy, which sends {ROUTE_SECRET_HEADER} (the worker's "
+                f"{ROUTE_SECRET_ENV}); call the endpoint through the server: METHOD <server>/<endpoint>/<path>"
+            )
+            await _send_json(send, 403, _error_body("forbidden", message, message))
+            return
+        await self.app({**scope, "headers": kept}, receive, send)
+
+
+_SECRET = ROUTE_SECRET_HEADER.encode()
 
 
 class Errors:

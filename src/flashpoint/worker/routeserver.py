@@ -2,11 +2,12 @@
 
 Runpod's load-balanced worker contract: serve the endpoint's routes (``routeapp.create_app``) over HTTP with uvicorn on
 ``$PORT`` at ``FLASHPOINT_ROUTE_HOST`` (127.0.0.1 by default), answer ``GET /ping`` (200 once the app has started),
-pull no jobs. The code is loaded, and the app started, before the port is bound, as Flash's generated handler does:
-while a worker loads its code its port refuses connections. It exits on SIGTERM or SIGINT (in-flight requests get
-``GRACE_S`` seconds) and when its parent dies; what it prints reaches the plane line by line, as a queue worker's
-output does. Any HTTP server on ``$PORT`` with ``/ping`` (an unmodified Runpod load-balanced worker) is as good a route
-worker as this one.
+pull no jobs; serve only requests that carry ``FLASHPOINT_ROUTE_SECRET`` (the server's proxy sends it; a worker
+without one refuses to start). The code is loaded, and the app started, before the port is bound, as Flash's
+generated handler does: while a worker loads its code its port refuses connections. It exits on SIGTERM or SIGINT
+(in-flight requests get ``GRACE_S`` seconds) and when its parent dies; what it prints reaches the plane line by line,
+as a queue worker's output does. Any HTTP server on ``$PORT`` with ``/ping`` (an unmodified Runpod load-balanced
+worker) is as good a route worker as this one.
 
 Worker side: imports uvicorn; never ``store/`` or ``scheduler/``.
 """
@@ -25,6 +26,7 @@ from collections.abc import Iterator, Mapping
 import uvicorn
 
 from flashpoint.routes import route_table
+from flashpoint.wire import ROUTE_SECRET_ENV, ROUTE_SECRET_HEADER
 from flashpoint.worker import isolation
 from flashpoint.worker.handler import dependency_problem, load_target
 from flashpoint.worker.launch import die_with_parent
@@ -66,7 +68,7 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
         if reconfigure is not None:
             reconfigure(errors="backslashreplace", line_buffering=True)
     isolation.configure_logging()
-    host, port, max_body = _settings(env)
+    host, port, max_body, secret = _settings(env)
     problem = dependency_problem(
         json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]")),
         json.loads(env.get("FLASHPOINT_SYSTEM_DEPENDENCIES", "[]")),
@@ -74,7 +76,7 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
     if problem:
         sys.exit(problem)
     routes = route_table(load_target(import_path, pickle_file))
-    app = create_app(routes, max_body_bytes=max_body)
+    app = create_app(routes, max_body_bytes=max_body, route_secret=secret)
     config = uvicorn.Config(
         app,
         host=host,
@@ -103,8 +105,8 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
 KEEP_ALIVE_S = 75
 
 
-def _settings(env: Mapping[str, str]) -> tuple[str, int, int]:
-    """Host, port and body limit from the environment; exits with what to set when one is unusable."""
+def _settings(env: Mapping[str, str]) -> tuple[str, int, int, str]:
+    """Host, port, body limit and route secret from the environment; exits with what to set when one is unusable."""
     text = env.get("PORT", "")
     if not text.isdigit() or not 0 < int(text) < 65536:
         sys.exit(f"a route worker serves HTTP on $PORT: set PORT to a free TCP port (1-65535), got {text!r}")
@@ -115,7 +117,13 @@ def _settings(env: Mapping[str, str]) -> tuple[str, int, int]:
             raise ValueError(limit)
     except ValueError:
         sys.exit(f"FLASHPOINT_MAX_BODY_MB is the largest request body in MiB, e.g. 32; got {limit!r}")
-    return env.get("FLASHPOINT_ROUTE_HOST") or "127.0.0.1", int(text), int(megabytes * 2**20)
+    secret = env.get(ROUTE_SECRET_ENV, "")
+    if not secret:
+        sys.exit(
+            f"a route worker serves only requests carrying its route secret: set {ROUTE_SECRET_ENV} (flashpoint's "
+            f"plane sets it; by hand, any long random text) and send it as the {ROUTE_SECRET_HEADER} header"
+        )
+    return env.get("FLASHPOINT_ROUTE_HOST") or "127.0.0.1", int(text), int(megabytes * 2**20), secret
 
 
 async def _serve(server: uvicorn.Server, parent: int | None) -> None:
