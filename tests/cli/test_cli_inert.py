@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -14,8 +15,9 @@ from typing import Any
 
 import pytest
 from rich.text import Text
+from typer.testing import CliRunner
 
-from flashpoint.cli import main
+from flashpoint.cli import app, main
 from flashpoint.cli.explain import Item, render_items
 from flashpoint.cli.gpus import render as render_gpus
 from flashpoint.cli.jobs import job_view
@@ -23,6 +25,9 @@ from flashpoint.cli.live import SERVER, LivePlane
 from flashpoint.cli.output import InertConsole, console
 from flashpoint.cli.status import render as render_status
 from flashpoint.config import Settings
+from flashpoint.environments import BuildFailure, BuildProgress, EnvironmentCache
+from flashpoint.environments.lock import KeyLock
+from flashpoint.environments.records import write_json
 from flashpoint.explain import Code, Explanation, OtherProcess, WaitReason
 from flashpoint.progress import waiting_text
 from tests.test_terminal import raw_characters
@@ -181,3 +186,26 @@ def test_main_prints_an_error_that_quotes_a_server_inert(
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     assert err == f"Error: refused {SHOWN}\n"
+
+
+def test_env_list_shows_a_builds_output_inert_and_its_json_exact(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    root.mkdir()
+    cache = EnvironmentCache(root, pip_config={})
+    now = time.time()  # the CLI reads the real clock
+    failed = cache.key(["nope==1"])
+    tail = ("x", f"error: {HOSTILE}", f"  cause {HOSTILE}")  # what a package's build printed
+    write_json(root / f"{failed}.failed", BuildFailure(failed, ("nope==1",), "c", now - 120, "no", 1, tail).to_json())
+    building = cache.key(["torch==2.3.1"])
+    progress = BuildProgress(building, 4242, now - 12, "d", ("torch==2.3.1",), f"Downloading {HOSTILE}", 7)
+    write_json(root / f"{building}.building", progress.to_json())
+
+    with KeyLock(root / f"{building}.lock"):  # a build in progress holds its key's lock
+        table = CliRunner().invoke(app, ["env", "list", "--dir", str(root)])
+        as_json = CliRunner().invoke(app, ["env", "list", "--dir", str(root), "--json"])
+
+    assert table.exit_code == 0, table.output
+    assert_inert(table.stdout, shows=3)
+    body = json.loads(as_json.stdout)
+    assert body["failed"][0]["output_tail"][-1] == f"  cause {HOSTILE}"
+    assert body["building"][0]["last_line"] == f"Downloading {HOSTILE}"
