@@ -209,3 +209,28 @@ def test_env_list_shows_a_builds_output_inert_and_its_json_exact(tmp_path: Path)
     body = json.loads(as_json.stdout)
     assert body["failed"][0]["output_tail"][-1] == f"  cause {HOSTILE}"
     assert body["building"][0]["last_line"] == f"Downloading {HOSTILE}"
+
+
+RUN_APP = """
+def echo(text: str) -> dict:
+    return {"echo": text}
+
+
+def fail(text: str) -> None:
+    raise ValueError("failed with " + text)
+"""
+
+
+@pytest.mark.usefixtures("restore_imports")
+def test_run_prints_a_result_as_exact_json_and_a_traceback_inert(tmp_path: Path) -> None:
+    path = tmp_path / "run_inert_app.py"
+    path.write_text(RUN_APP)
+
+    done = CliRunner().invoke(app, ["run", f"{path}::echo", "--text", HOSTILE])
+    failed = CliRunner().invoke(app, ["run", f"{path}::fail", "--text", HOSTILE])
+
+    assert done.exit_code == 0, done.output
+    assert raw_characters(done.stdout) == [] and json.loads(done.stdout) == {"echo": HOSTILE}
+    assert failed.exit_code == 1
+    assert_inert(failed.stderr)
+    assert f"ValueError: failed with {SHOWN}" in failed.stderr
