@@ -141,6 +141,7 @@ class EmbeddedServer:
             http=hardened_protocol(),
             log_level="warning",
             access_log=False,
+            proxy_headers=False,  # a client's X-Forwarded-* never names its address (the route proxy sends the peer's)
             lifespan="off",
             timeout_keep_alive=120,
         )
