@@ -1,6 +1,10 @@
 """Inside a worker process: load the endpoint's code (its function, its class, or the several of a shared
 endpoint), and call it with a job's input; Runpod's error body for a job that raised.
 
+A class endpoint's worker keeps one instance per distinct constructor arguments (the caller chooses them), at most
+``FLASHPOINT_MAX_INSTANCES`` (default ``MAX_INSTANCES``, 4) at once: a new one drops the least recently used
+(``Instances``), so callers naming many arguments cost the worker a few instances' memory, not one per value.
+
 Never imports ``flashpoint.store`` or ``scheduler``.
 """
 
@@ -16,7 +20,8 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,14 +120,81 @@ def load_targets(target: Any) -> dict[str, Any]:
     return {str(getattr(target, "__name__", type(target).__name__)): target}
 
 
+#: the variable that bounds a class endpoint's instances per worker, and its default
+MAX_INSTANCES_ENV = "FLASHPOINT_MAX_INSTANCES"
+MAX_INSTANCES = 4
+
+
+def max_instances(env: Mapping[str, str]) -> int:
+    """``FLASHPOINT_MAX_INSTANCES`` from ``env`` (``MAX_INSTANCES`` when unset or empty).
+
+    Raises:
+        ValueError: not a whole number of at least 1 (the message says what to set).
+    """
+    text = env.get(MAX_INSTANCES_ENV, "").strip()
+    if not text:
+        return MAX_INSTANCES
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"{MAX_INSTANCES_ENV} is how many instances of a class endpoint (one per distinct constructor arguments) "
+            f"a worker keeps, a whole number of at least 1 (default {MAX_INSTANCES}); got {text!r}"
+        )
+    return int(text)
+
+
+class Instances:
+    """A class's instances by constructor arguments (as the futures of their construction), at most ``limit``; the
+    least recently used goes when one more is added. A dropped instance is only forgotten: a job still using it (or
+    waiting for its construction) keeps it until it ends, and nothing else is called on it."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"an instance limit is at least 1, got {limit}")
+        self.limit = limit
+        self._by_key: OrderedDict[str, asyncio.Future[Any]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def keys(self) -> list[str]:
+        """The keys kept, least recently used first."""
+        return list(self._by_key)
+
+    def get(self, key: str) -> asyncio.Future[Any] | None:
+        """The instance for ``key``, now the most recently used; None when none is kept."""
+        built = self._by_key.get(key)
+        if built is not None:
+            self._by_key.move_to_end(key)
+        return built
+
+    def put(self, key: str, built: asyncio.Future[Any]) -> list[str]:
+        """Keep ``built`` for ``key`` as the most recently used; the keys dropped to stay within the limit."""
+        self._by_key[key] = built
+        self._by_key.move_to_end(key)
+        dropped = []
+        while len(self._by_key) > self.limit:
+            dropped.append(self._by_key.popitem(last=False)[0])
+        return dropped
+
+    def forget(self, key: str, built: asyncio.Future[Any]) -> None:
+        """Forget ``key`` if ``built`` is still what it holds (a constructor that raised is tried again)."""
+        if self._by_key.get(key) is built:
+            del self._by_key[key]
+
+
 class Handler:
     """Runs a job on the function or class it names (``flashpoint.target``) among those its endpoint serves; a job
     naming none goes to the only one. A job naming a target the worker does not have fails and runs nothing."""
 
     def __init__(
-        self, target: Any, dependencies: list[str] | None = None, system_dependencies: list[str] | None = None
+        self,
+        target: Any,
+        dependencies: list[str] | None = None,
+        system_dependencies: list[str] | None = None,
+        *,
+        instances: int = MAX_INSTANCES,
     ) -> None:
-        self.targets = {name: Target(obj) for name, obj in load_targets(target).items()}
+        self.targets = {name: Target(obj, instances) for name, obj in load_targets(target).items()}
         self._missing = dependency_problem(dependencies or [], system_dependencies or [])
 
     def _target(self, meta: dict[str, Any]) -> Target:
@@ -155,7 +227,7 @@ class Handler:
 class Target:
     """Calls one function, or a method of a per-worker instance of one class, with a job's input."""
 
-    def __init__(self, target: Any) -> None:
+    def __init__(self, target: Any, instances: int = MAX_INSTANCES) -> None:
         self.target = target
         self.is_class = inspect.isclass(target)
         self.methods = (
@@ -163,23 +235,31 @@ class Target:
             if self.is_class
             else []
         )
-        #: one instance per distinct constructor arguments, as the future of its construction
-        self._instances: dict[str, asyncio.Future[Any]] = {}
+        #: one instance per distinct constructor arguments, the most recently used ones
+        self.instances = Instances(instances)
 
     async def _instance(self, init: Any) -> Any:
         key = json.dumps(init, sort_keys=True)
-        built = self._instances.get(key)
+        built = self.instances.get(key)
         if built is None:
             args, kwargs = codec.decode_call(init) if init is not None else ((), {})
             # the constructor may load a model for seconds: keep the event loop (and the stop channel) responsive;
             # jobs that arrive meanwhile (max_concurrency > 1) wait for this one instead of building another
-            built = self._instances[key] = asyncio.ensure_future(asyncio.to_thread(self.target, *args, **kwargs))
+            built = asyncio.ensure_future(asyncio.to_thread(self.target, *args, **kwargs))
+            if self.instances.put(key, built):
+                name = getattr(self.target, "__qualname__", "the class")
+                print(
+                    f"flashpoint: dropped the least recently used instance of {name} to build one for other "
+                    f"constructor arguments ({self.instances.limit} kept per worker: {MAX_INSTANCES_ENV})",
+                    file=sys.stderr,
+                    flush=True,
+                )
         try:
             # shielded: a job cancelled while it waits leaves the construction to the others
             return await asyncio.shield(built)
         except BaseException:
-            if built.done() and self._instances.get(key) is built:
-                del self._instances[key]  # a constructor that raised is tried again by the next job
+            if built.done():
+                self.instances.forget(key, built)  # a constructor that raised is tried again by the next job
             raise
 
     async def __call__(self, job: dict[str, Any], meta: dict[str, Any], emit: Emit | None = None) -> Any:

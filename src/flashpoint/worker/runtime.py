@@ -25,7 +25,7 @@ from flashpoint import codec, wire
 from flashpoint.context import current_job_id, reset_current_job, set_current_job
 from flashpoint.jobs import Reason
 from flashpoint.worker import isolation
-from flashpoint.worker.handler import Emit, Handler, HandlerError, error_body, load_target
+from flashpoint.worker.handler import Emit, Handler, HandlerError, error_body, load_target, max_instances
 from flashpoint.worker.launch import die_with_parent
 
 log = logging.getLogger("flashpoint.worker")
@@ -391,11 +391,15 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
     sys.stdout = TaggedStream(sys.stdout)
     sys.stderr = TaggedStream(sys.stderr)
     isolation.configure_logging()
+    try:
+        instances = max_instances(env)
+    except ValueError as exc:
+        sys.exit(str(exc))
     target = load_target(import_path, pickle_file)
     dependencies = json.loads(env.get("FLASHPOINT_DEPENDENCIES", "[]"))
     system = json.loads(env.get("FLASHPOINT_SYSTEM_DEPENDENCIES", "[]"))
     runtime = Runtime(
-        Handler(target, dependencies, system),
+        Handler(target, dependencies, system, instances=instances),
         Urls.from_env(env),
         env.get("RUNPOD_AI_API_KEY", ""),
         concurrency=int(env.get("FLASHPOINT_MAX_CONCURRENCY", "1")),
