@@ -29,6 +29,7 @@ from flashpoint.explain import Explanation
 from flashpoint.hosting import http_url, listening_socket, open_backend
 from flashpoint.jobhandle import job_failure
 from flashpoint.jobs import JobStatus, JobView
+from flashpoint.private import private_dir
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
@@ -174,7 +175,8 @@ class EmbeddedServer:
         """Tell `flashpoint explain` on this machine where this plane is (file readable by this user only)."""
         try:
             folder = self.settings.state_dir / "run"
-            folder.mkdir(parents=True, exist_ok=True)
+            private_dir(self.settings.state_dir, ours=True)  # 0700: announcements hold keys (flashpoint/private.py)
+            private_dir(folder, ours=True)
             path = folder / f"{os.getpid()}-{id(self):x}.json"
             partial = path.with_suffix(".tmp")
             fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -21,6 +21,7 @@ from flashpoint.config import Settings
 from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.hosting import http_url, listening_socket, loopback, open_backend
+from flashpoint.private import private_dir
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
 
@@ -100,7 +101,8 @@ def announce(folder: Path, *, url: str, key: str | None, app: str, kind: str = "
     a killed server holds a key that died with it. None (a server that asks for no key) is written as null.
     """
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder.parent, ours=True)  # the state folder, 0700 (flashpoint/private.py)
+        private_dir(folder, ours=True)
         path = folder / f"{os.getpid()}-{'serve' if kind == 'server' else kind}.json"
         partial = path.with_suffix(".tmp")
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -59,6 +59,7 @@ from flashpoint.environments.records import (
     read_json,
     write_json,
 )
+from flashpoint.private import STATE_DIR_NAME, private_dir
 
 __all__ = ["CacheEntry", "Environment", "EnvironmentCache", "PruneReport", "default_root"]
 
@@ -218,6 +219,8 @@ class EnvironmentCache:
         say = on_line or (lambda line: None)
         reqs = normalize_requirements(requirements)
         key = environment_key(reqs, self.python)
+        if self.root == Path.home() / STATE_DIR_NAME / "envs":  # the default: ~/.flashpoint is this user's only
+            private_dir(self.root.parent, ours=True)
         self.root.mkdir(parents=True, exist_ok=True)
         lock = KeyLock(self._file(key, ".lock"))
         if not lock.acquire(blocking=False):

@@ -13,6 +13,7 @@ from typing import Any
 
 from flashpoint.errors import StoreError
 from flashpoint.jobs import TERMINAL, Job, JobError, JobStatus, Placement, Reason
+from flashpoint.private import STATE_DIR_NAME, private_dir, private_file
 
 CREATE_JOBS = """
 create table if not exists jobs (
@@ -181,10 +182,22 @@ class SQLiteJobStore:
 
     def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
         if self.path != ":memory:":
+            # every job's input and output: only this user may read them (flashpoint/private.py)
+            path = Path(self.path)
             try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                private_dir(path.parent, ours=path.parent.name == STATE_DIR_NAME)
             except OSError as exc:
                 raise StoreError(f"cannot create the directory of the job store {self.path}: {exc}") from None
+            try:
+                for companion in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+                    if companion.exists():
+                        private_file(companion)
+                private_file(path)  # before SQLite makes it: its -wal and -shm then take its mode
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot create the job store {self.path}: {exc}; check that the path names a file in a directory "
+                    "this process can write"
+                ) from None
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
