@@ -158,8 +158,9 @@ class Page:
 
 
 @contextlib.asynccontextmanager
-async def chromium(tmp_path: Path) -> AsyncIterator[Page]:
-    """A fresh headless Chromium with its own profile, one blank tab attached; killed at the end."""
+async def chromium(tmp_path: Path, *args: str) -> AsyncIterator[Page]:
+    """A fresh headless Chromium with its own profile, one blank tab attached; killed at the end. ``args``: more
+    command-line switches (e.g. ``--host-resolver-rules=...``)."""
     binary = chromium_binary()
     profile = tmp_path / "chromium-profile"
     profile.mkdir()
@@ -179,6 +180,7 @@ async def chromium(tmp_path: Path) -> AsyncIterator[Page]:
         "--disable-component-update",
         "--disable-sync",
         "--no-proxy-server",
+        *args,
         "about:blank",
     ]
     log = (tmp_path / "chromium.log").open("w")

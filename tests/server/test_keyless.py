@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -97,39 +98,49 @@ def test_a_serve_with_a_key_keeps_answering_other_names_and_types(serve: Callabl
 
 
 class Dev:
-    """A running ``flashpoint dev`` process: its URL and the lines it printed."""
+    """A running ``flashpoint dev`` process: its URL, the lines it printed, and the file its log goes to."""
 
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[str], log: Path) -> None:
         self.proc = proc
+        self.log = log
         self.lines: list[str] = []
         self.url = ""
 
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
-@pytest.fixture
-def dev(tmp_path: Path) -> Iterator[Callable[..., Dev]]:
-    """``dev(*args)``: ``flashpoint dev`` (no key) of a one-file project on 127.0.0.1 port 0; SIGINT at teardown."""
-    started: list[Dev] = []
 
-    def start(*args: str) -> Dev:
-        root = tmp_path / "project"
-        root.mkdir()
-        (root / "worker.py").write_text(
-            'from flashpoint import Endpoint\n\n@Endpoint(name="worker", cpu="cpu3c-1-2")\n'
-            "async def double(x: int) -> int:\n    return 2 * x\n"
-        )
-        env = {**os.environ, "FLASHPOINT_SIMULATED_GPUS": "NVIDIA_H200:1", "FLASHPOINT_CPUS": "4",
-               "FLASHPOINT_MEMORY_GB": "16", "FLASHPOINT_STATE_DIR": str(tmp_path / "state"),
-               "PYTHONUNBUFFERED": "1"}  # fmt: skip
-        env.pop("FLASHPOINT_API_KEY", None)
-        env.pop("FLASHPOINT_URL", None)
-        command = [sys.executable, "-m", "flashpoint", "dev", str(root), "--host", "127.0.0.1", "--port", "0", *args]
-        with (tmp_path / "dev.err").open("w") as err:
-            proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
-        served = Dev(proc)
-        started.append(served)
-        stdout = proc.stdout
-        assert stdout is not None
-        threading.Thread(target=lambda: served.lines.extend(iter(stdout.readline, "")), daemon=True).start()
+def start_dev(folder: Path, *args: str) -> Dev:
+    """``flashpoint dev`` (no key) of a one-file project in ``folder``/project on 127.0.0.1 port 0, its log in
+    ``folder``/dev.err; ``stop`` it."""
+    root = folder / "project"
+    root.mkdir()
+    (root / "worker.py").write_text(
+        'from flashpoint import Endpoint\n\n@Endpoint(name="worker", cpu="cpu3c-1-2")\n'
+        "async def double(x: int) -> int:\n    return 2 * x\n"
+    )
+    env = {**os.environ, "FLASHPOINT_SIMULATED_GPUS": "NVIDIA_H200:1", "FLASHPOINT_CPUS": "4",
+           "FLASHPOINT_MEMORY_GB": "16", "FLASHPOINT_STATE_DIR": str(folder / "state"),
+           "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    env.pop("FLASHPOINT_API_KEY", None)
+    env.pop("FLASHPOINT_URL", None)
+    command = [sys.executable, "-m", "flashpoint", "dev", str(root), "--host", "127.0.0.1", "--port", "0", *args]
+    log = folder / "dev.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    served = Dev(proc, log)
+    stdout = proc.stdout
+    assert stdout is not None
+    threading.Thread(target=lambda: served.lines.extend(iter(stdout.readline, "")), daemon=True).start()
+    try:
         line = until(
             lambda: (
                 next((line for line in list(served.lines) if line.startswith("flashpoint dev serving")), None)
@@ -138,21 +149,26 @@ def dev(tmp_path: Path) -> Iterator[Callable[..., Dev]]:
             90,
             "flashpoint dev to start",
         )
-        assert isinstance(line, str), (tmp_path / "dev.err").read_text()[-3000:]
-        served.url = line.split()[3]
-        return served
+        assert isinstance(line, str), log.read_text()[-3000:]
+    except BaseException:
+        served.stop()
+        raise
+    served.url = line.split()[3]
+    return served
+
+
+@pytest.fixture
+def dev(tmp_path: Path) -> Iterator[Callable[..., Dev]]:
+    """``dev(*args)``: ``start_dev`` in tmp_path; stopped at teardown."""
+    started: list[Dev] = []
+
+    def start(*args: str) -> Dev:
+        started.append(start_dev(tmp_path, *args))
+        return started[-1]
 
     yield start
     for served in started:
-        if served.proc.poll() is None:
-            served.proc.send_signal(2)
-            try:
-                served.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                served.proc.kill()
-                served.proc.wait(10)
-        if served.proc.stdout is not None:
-            served.proc.stdout.close()
+        served.stop()
 
 
 def test_a_keyless_dev_server_answers_only_this_machines_names_and_its_own_pages(dev: Callable[..., Dev]) -> None:
