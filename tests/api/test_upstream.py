@@ -294,6 +294,24 @@ async def test_an_endless_header_is_a_bad_answer_and_its_connection_closed() -> 
         await asyncio.wait_for(closed.wait(), 10)  # the worker's writes fail: nobody reads them any more
 
 
+async def test_a_head_that_trickles_in_times_out_at_the_read_deadline_all_the_same() -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(2000):  # a header line every 20 ms for 40 s at most: each byte is news, none ends the head
+            writer.write(b"x-slow: 1\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.02)
+
+    async with scripted(answer) as address:
+        pool = Upstream(connect_timeout_s=5)
+        exchange = await pool.exchange(address, 0.3)  # the deadline is the head's, not each piece's
+        exchange.send(GET % b"x", None)
+        with pytest.raises(WorkerTimeout):
+            await asyncio.wait_for(exchange.head(), 20)
+        exchange.release()
+
+
 async def test_a_silent_worker_times_out_at_the_read_deadline() -> None:
     gone = asyncio.Event()
 
