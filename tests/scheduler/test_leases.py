@@ -23,6 +23,7 @@ from flashpoint.gpus import GPUModel, GpuType, model_of
 from flashpoint.scheduler import kernel
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Holder
+from flashpoint.scheduler.leaserecords import redact
 from flashpoint.scheduler.leases import (
     DEFAULT_LEASE_DIR,
     UNREADABLE,
@@ -139,29 +140,42 @@ def test_process_kind(argv: list[str], server: bool, kind: str) -> None:
     ("argv", "text"),
     [
         (["/venv/lib/python3.11/site-packages/flashpoint/__main__.py", "serve", "app.py"], "flashpoint serve app.py"),
-        (["/home/me/job.py", "--fast"], "job.py --fast"),
         ([], ""),
-        (["job.py", "x" * 300], "job.py " + "x" * 150 + "..."),
-        # no credential reaches a record every user can read
+        # a script's own arguments are its data: only its name is shown
+        (["/home/me/job.py", "--fast", "s3cret-input"], "job.py"),
+        (["-c", "print(1)"], "-c"),
+        # serve and dev keep their own arguments, credentials hidden
         (["/venv/bin/flashpoint", "serve", "app.py", "--api-key", "s3cret"], "flashpoint serve app.py --api-key ***"),
-        (
-            ["flashpoint", "serve", "app.py", "--api-key=s3cret", "--port", "9"],
-            "flashpoint serve app.py --api-key=*** --port 9",
-        ),
-        (["flashpoint", "jobs", "--key", "k1", "--url", "http://h:1"], "flashpoint jobs --key *** --url http://h:1"),
-        (
-            ["job.py", "--hf-token", "t", "--DB_PASSWORD", "p", "--client-secret=c"],
-            "job.py --hf-token *** --DB_PASSWORD *** --client-secret=***",
-        ),
-        (["job.py", "--keys", "a,b", "--api-keys=a"], "job.py --keys *** --api-keys=***"),
-        (["job.py", "--api-key"], "job.py --api-key"),  # nothing follows: nothing to hide
-        (["job.py", "--monkey-count", "3", "key", "token"], "job.py --monkey-count 3 key token"),  # not options
-        (["job.py", "--url", "https://me:pw@example.com/x"], "job.py --url https://me:***@example.com/x"),
-        (["job.py", "--url=redis://:pw@host:6379/0"], "job.py --url=redis://:***@host:6379/0"),
+        (["flashpoint", "dev", ".", "--port=8888"], "flashpoint dev . --port=8888"),
+        (["flashpoint", "serve", "x" * 300], "flashpoint serve " + "x" * 140 + "..."),
+        # another flashpoint command: its name and first argument
+        (["/venv/bin/flashpoint", "run", "job.py", "--input", "s3cret"], "flashpoint run job.py"),
+        (["flashpoint", "jobs", "--key", "k1"], "flashpoint jobs"),
     ],
 )
 def test_command_line(argv: list[str], text: str) -> None:
     assert command_line(argv) == text
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["--api-key", "s3cret", "--port", "9"], "--api-key *** --port 9"),
+        (["--api-key=s3cret"], "--api-key=***"),
+        (["--key", "k1", "--url", "http://h:1"], "--key *** --url http://h:1"),
+        (
+            ["--hf-token", "t", "--DB_PASSWORD", "p", "--client-secret=c"],
+            "--hf-token *** --DB_PASSWORD *** --client-secret=***",
+        ),
+        (["--keys", "a,b", "--api-keys=a"], "--keys *** --api-keys=***"),
+        (["--api-key"], "--api-key"),  # nothing follows: nothing to hide
+        (["--monkey-count", "3", "key", "token"], "--monkey-count 3 key token"),  # not credential options
+        (["--url", "https://me:pw@example.com/x"], "--url https://me:***@example.com/x"),
+        (["--ray-address=redis://:pw@host:6379/0"], "--ray-address=redis://:***@host:6379/0"),
+    ],
+)
+def test_redact(argv: list[str], shown: str) -> None:
+    assert " ".join(redact(argv)) == shown
 
 
 def _record(**fields: object) -> bytes:

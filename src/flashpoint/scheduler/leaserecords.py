@@ -4,9 +4,10 @@ names a holder (docs/architecture.md, "One owner per device").
 Lock files and marks sit in a directory every local user of the machine can write, so a record is a claim, not a
 fact. Who holds a lease comes from the kernel (``scheduler/kernel.py``: the pid in ``/proc/locks``, its real uid and
 start time); a record only adds the holder's kind, command line, URL, endpoint and worker, and only when its pid,
-uid and start time are the kernel's (``name_holder``). A record holds nothing secret: the command line's option
-values that look like credentials (``--api-key``, ``--token``, ``*-secret``, ``--password``, ...) and the passwords
-of URLs are replaced with ``***`` (``command_line``), since every user of the machine can read it.
+uid and start time are the kernel's (``name_holder``). A record holds nothing secret, since every user of the
+machine can read it: its command line names the program and the app only (a script's own arguments are left out),
+and ``flashpoint serve``/``dev``'s option values that look like credentials (``--api-key``, ``--token``, ``*-secret``,
+``--password``, ...) and the passwords of URLs are replaced with ``***`` (``command_line``).
 """
 
 from __future__ import annotations
@@ -96,13 +97,22 @@ def redact(argv: Sequence[str]) -> list[str]:
 
 
 def command_line(argv: Sequence[str], limit: int = 160) -> str:
-    """The command line, credentials hidden (``redact``) and shortened: the program's own name (``flashpoint`` for
-    ``.../flashpoint/__main__.py``), then its arguments, cut at ``limit`` characters."""
+    """The command line as a record shows it: the program's own name (``flashpoint`` for
+    ``.../flashpoint/__main__.py``), then only what names the app, never data. ``flashpoint serve``/``dev`` keep
+    their arguments (the app, flashpoint's own options) with credentials hidden (``redact``); another flashpoint
+    command keeps its name and the argument right after it when that is no option (``flashpoint run job.py``); a
+    script keeps its name alone: its arguments are its own, and may be anything. Cut at ``limit`` characters."""
     if not argv:
         return ""
     program = Path(argv[0])
-    name = program.parent.name if program.name == "__main__.py" else program.name
-    text = " ".join([name or "python", *redact(argv[1:])])
+    name = (program.parent.name if program.name == "__main__.py" else program.name) or "python"
+    words = [name]
+    if name == "flashpoint" and len(argv) > 1:
+        if argv[1] in ("serve", "dev"):
+            words += redact(argv[1:])
+        else:
+            words += [argv[1], *[word for word in argv[2:3] if not word.startswith("-")]]
+    text = " ".join(words)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
