@@ -9,8 +9,9 @@ the fleet):
 - ``{"op": "acquire", "index", "endpoint"}`` / ``{"op": "holder", "index"}``: ``{"held_by": OtherProcess JSON or null}``
 - ``{"op": "mark", "indices", "endpoint"}``: this plane marks those devices; ``{"marked": [...]}``
 - ``{"op": "wanters", "indices"}``: the marks others put on those devices: ``{"wanters": [OtherProcess JSON, ...]}``
-- ``{"op": "plant", "index", "how", "target"}``: what an attacker leaves in a lock file's place (``0600``: a file of
-  that mode; ``symlink``: a link to ``target``); ``{"planted": path}``
+- ``{"op": "plant", "index", "how", "target"}``: what an attacker leaves in a lock file's place (``0600``, ``0666``:
+  a file of that mode; ``symlink``: a link to ``target``); ``{"planted": path}``
+- ``{"op": "recheck"}``: look again at held leases through lock files of other users (``recheck_files``): ``{"notes"}``
 - ``{"op": "forge", "index", "record"}``: lock the lock file (an exclusive flock, as a holder does) and write
   ``record`` into it as it is; ``{"locked": true}``
 - ``{"op": "forge_mark", "index", "pid", "token", "record"}``: a want mark file naming ``pid`` holding ``record``
@@ -52,6 +53,8 @@ def main(argv: list[str]) -> int:
             else:
                 held_by = leases.holder(names[index])
             answer = {"held_by": held_by.to_json() if held_by else None}
+        elif op == "recheck":
+            answer = {"notes": leases.recheck_files()}
         elif op == "mark":
             marks.mark({names[i]: (devices[i], command["endpoint"]) for i in command["indices"]})
             answer = {"marked": list(marks.marked())}
@@ -62,9 +65,10 @@ def main(argv: list[str]) -> int:
             path = root / f"{names[index]}.lock"
             if command["how"] == "symlink":
                 path.symlink_to(command["target"])
-            else:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-                os.chmod(path, 0o600)
+            else:  # a file of that mode: 0600 keeps others out, 0666 is a lock file as flashpoint makes one
+                mode = int(command["how"], 8)
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+                os.chmod(path, mode)
             answer = {"planted": str(path)}
         elif op == "forge":
             fd = os.open(root / f"{names[index]}.lock", os.O_RDWR | os.O_CREAT, 0o666)

@@ -6,7 +6,8 @@ creates, and removes afterwards) and another local user (``nobody``).
   embedded plane run jobs with secret inputs and log lines: the other user reads no key, no input, no output, no log.
 - The attacks on leases, as the other user: a 0600 file and a link planted in lock files' places, a lease whose record
   names the victim, a lease directory made first, want marks naming pid 1 and the victim's own pid, deleting a held
-  lock file. The victim still owns its devices, and names the other user's process by the kernel's facts.
+  lock file (the victim's: refused; one of the other user's own, which the victim leased through: leased again). The
+  victim still owns its devices, and names the other user's process by the kernel's facts.
 - ``flashpoint gpus`` and ``explain`` run as root (with no announcement of their own) and as the other user name the
   victim's process as the holder.
 
@@ -224,7 +225,7 @@ def test_another_user_can_neither_break_nor_fake_the_victims_leases(
     users: Users, books: Callable[[User, Path, str], Book]
 ) -> None:
     root = shared_lease_dir(users, "shared-attacked")
-    fleet = f"{NODE}=NVIDIA_H200:4"
+    fleet = f"{NODE}=NVIDIA_H200:5"
     victim, other = books(users.victim, root, fleet), books(users.other, root, fleet)
     me = victim("info")
     notes = users.victim.home / "notes.txt"
@@ -257,6 +258,19 @@ def test_another_user_can_neither_break_nor_fake_the_victims_leases(
     assert lock_file.stat().st_uid == users.victim.uid
     assert other("unlink", path=str(lock_file))["error"] == "Operation not permitted"
     assert other("acquire", index=3, endpoint="theirs")["held_by"]["pid"] == victim.pid
+
+    # When the victim leases a device through a lock file the other user made (a good one: 0666), and that user
+    # deletes it (a file's owner may, even in a sticky directory) before another process of the victim's asks
+    other("plant", index=4, how="0666")
+    assert victim("acquire", index=4, endpoint="mine")["held_by"] is None
+    lock_4 = root / f"{identity(parse_fleet(fleet).devices[4])}.lock"
+    assert other("unlink", path=str(lock_4))["error"] is None
+    # Then the victim's next recheck (a plane's, every 0.5 s) leases it again through a new file of its own
+    (note,) = victim("recheck")["notes"]
+    assert f"a lock file of user nobody (uid {users.other.uid}), was deleted" in note and "leased again" in note
+    assert lock_4.stat().st_uid == users.victim.uid
+    later = books(users.victim, root, fleet)
+    assert later("acquire", index=4, endpoint="later")["held_by"]["pid"] == victim.pid  # one owner still
 
     # When the other user marks the victim's device as wanted by pid 1, and by the victim's own process
     init_ticks = int(Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19])

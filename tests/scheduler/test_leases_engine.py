@@ -5,15 +5,18 @@ test needs holders to come and go at its command, a lease book in this process w
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from flashpoint import GpuType
 from flashpoint.explain import Code
 from flashpoint.fleetspec import parse_fleet
 from flashpoint.jobs import JobStatus
-from flashpoint.scheduler.leases import DeviceLeases, Owner, identity
+from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, prepare
 from flashpoint.scheduler.records import Worker
 from tests.scheduler.door import BASE_URL, DOOR_HOST, Door, open_door
 from tests.scheduler.test_leases_holder import end_holder, start_holder
@@ -182,6 +185,7 @@ async def test_a_lease_directory_others_may_write_holds_every_device_until_it_is
     assert row["process"]["kind"] == "lease directory"
     await door.step(1.0)
     assert door.backend.started == []
+    assert not (root / "wants").exists()  # no want mark for a directory: there is nobody to ask
     # When the directory is made sticky, the next recheck places the worker
     os.chmod(root, 0o1777)
     await door.step(0.5)
@@ -288,3 +292,32 @@ async def test_a_plane_that_stops_waiting_withdraws_its_marks(tmp_path: Path) ->
     assert second.plane.wants.marked() == () and list((tmp_path / "wants").glob("*.want-*")) == []
     await first.step(0.5)
     assert first.plane.wanted_elsewhere == {}
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="a file of user nobody needs root")
+async def test_a_lock_file_another_user_deletes_under_a_running_worker_is_leased_again_at_the_next_recheck(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a worker placed through a lock file user nobody made (a good one: 0666)
+    fleet = "node-a=NVIDIA_H200:1"
+    (name,) = names(fleet)
+    root = tmp_path / "leases"
+    prepare(root, shared=True)  # sticky and world-writable, as the shared default
+    lock = root / f"{name}.lock"
+    lock.write_text("")
+    os.chmod(lock, 0o666)
+    os.chown(lock, 65534, 65534)
+    door = await door_on(fleet, root)
+    door.endpoint(name="mine", gpu=GpuType.NVIDIA_H200)
+    door.submit("mine")
+    await door.settle()
+    assert len(door.workers("mine")) == 1 and door.plane.leases.held() == (name,)
+    # When its owner deletes it (and so could another process lock a new file of that name)
+    lock.unlink()
+    with caplog.at_level(logging.WARNING, "flashpoint.plane"):
+        await door.step(0.5)
+    # Then the plane's recheck leased it again through a new file, and said so; the next process finds it held
+    assert "was deleted or replaced while this process held its lease; leased again" in caplog.text
+    assert lock.stat().st_uid == os.getuid()
+    held_by = book(root, 1).acquire(name, parse_fleet(fleet, host=DOOR_HOST).devices[0], "b", "b-w1")
+    assert held_by is not None and held_by.endpoint == "mine"

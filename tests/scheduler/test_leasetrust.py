@@ -210,3 +210,44 @@ def test_a_lock_file_another_user_planted_0600_holds_that_device_for_that_user(t
     _held_by_a_file(found, NOBODY, "mode 0600")
     assert found is not None and found.label.startswith(f"another user (uid {NOBODY}, nobody): ")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # left as it is
+
+
+@as_root
+def test_a_lock_file_its_owner_deletes_under_a_held_lease_is_leased_again(tmp_path: Path) -> None:
+    # Given a lease held through a good lock file (0666) of another user, who deletes it while it is held
+    leases, root, name = _leases(tmp_path)
+    path = root / f"{name}.lock"
+    path.write_text("")
+    os.chmod(path, 0o666)
+    os.chown(path, NOBODY, NOBODY)
+    assert leases.acquire(name, device(), "infer", "w1") is None
+    assert leases.recheck_files() == []  # still in place: nothing to say
+    path.unlink()
+    # Then the next recheck leases it again through a new file of this user's, which the next process finds held
+    (note,) = leases.recheck_files()
+    assert f"a lock file of user nobody (uid {NOBODY}), was deleted or replaced" in note and "leased again" in note
+    assert path.stat().st_uid == os.getuid() and leases.held() == (name,)
+    later = DeviceLeases(me(), root)
+    found = later.acquire(name, device(), "later", "w2")
+    assert found is not None and found.endpoint == "infer"
+    # and had another process taken the new file first, the recheck says who (both may use the device)
+    leases.close()
+    path.unlink()
+    path.write_text("")
+    os.chmod(path, 0o666)
+    os.chown(path, NOBODY, NOBODY)
+    assert leases.acquire(name, device(), "infer", "w1") is None
+    path.unlink()
+    assert later.acquire(name, device(), "later", "w2") is None
+    (note,) = leases.recheck_files()
+    assert "both may use it" in note and "endpoint later" in note and leases.held() == (name,)
+    later.close()
+    leases.close()
+
+
+def test_lock_files_of_this_user_are_not_looked_at_again(tmp_path: Path) -> None:
+    leases, root, name = _leases(tmp_path)
+    assert leases.acquire(name, device(), "infer", "w1") is None
+    (root / f"{name}.lock").unlink()  # only this user (or root) could: nothing is checked for its own files
+    assert leases.recheck_files() == []
+    leases.close()

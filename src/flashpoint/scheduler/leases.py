@@ -156,6 +156,11 @@ class DeviceLeases:
         self._refused: OtherProcess | None = None
         #: the refusals warned about already (each is logged once)
         self._warned: set[str] = set()
+        #: identity -> (endpoint, worker) of each lease held
+        self._for: dict[str, tuple[str, str]] = {}
+        #: identity -> the owner's uid of each held lease's lock file another user owns: that user may delete it (the
+        #: sticky bit lets a file's owner), so it is looked at again (``recheck_files``)
+        self._deletable: dict[str, int] = {}
 
     def held(self) -> tuple[str, ...]:
         """The identities of the leases this process holds."""
@@ -203,6 +208,10 @@ class DeviceLeases:
                     return self._refuse(f"cannot write the lease record of {self._path(name)}: {exc}")
                 self._held[name] = fd
                 self._devices[name] = device
+                self._for[name] = (endpoint, worker)
+                owner = os.fstat(fd).st_uid
+                if owner not in (self._uid, 0):
+                    self._deletable[name] = owner
                 return None
         except OSError as exc:  # no locks on this file system (ENOLCK)
             os.close(fd)
@@ -214,6 +223,8 @@ class DeviceLeases:
         """Give the lease of ``name`` back (its record is emptied first); one this object does not hold is ignored."""
         fd = self._held.pop(name, None)
         self._devices.pop(name, None)
+        self._for.pop(name, None)
+        self._deletable.pop(name, None)
         if fd is None:
             return
         try:
@@ -239,6 +250,36 @@ class DeviceLeases:
             if name not in self._held:
                 found[name] = self._probe(name, refused)
         return found
+
+    def recheck_files(self) -> list[str]:
+        """Look again at the held leases whose lock file another user owns (that user may delete it, and the next
+        process would then lock a new file of the same name): one deleted or replaced is leased again through the
+        file now at its path (made anew when none is). Returns what happened, in words, for the log; nothing when
+        every lock file is this user's or root's (no system call then)."""
+        notes: list[str] = []
+        for name, uid in list(self._deletable.items()):
+            fd, path = self._held[name], self._path(name)
+            try:
+                info = os.fstat(fd)
+                now: os.stat_result | None = os.lstat(path)
+            except FileNotFoundError:
+                now = None
+            except OSError:
+                continue
+            if info.st_nlink and now is not None and (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino):
+                continue
+            device, (endpoint, worker) = self._devices[name], self._for[name]
+            del self._held[name], self._devices[name], self._for[name], self._deletable[name]
+            other = self.acquire(name, device, endpoint, worker)
+            who = f"{path}, a lock file of user {kernel.user_name(uid)} (uid {uid}), was deleted or replaced"
+            if other is None:
+                os.close(fd)
+                notes.append(f"{who} while this process held its lease; leased again through the file now there")
+                continue
+            # someone else holds the new file: this process's worker still runs there, so the old lease stays its own
+            self._held[name], self._devices[name], self._for[name] = fd, device, (endpoint, worker)
+            notes.append(f"{who} while this process held its lease, and {other.label} holds it now: both may use it")
+        return notes
 
     def close(self) -> None:
         """Give every lease back."""

@@ -105,6 +105,8 @@ class DeviceLeasing(ABC):
         ):
             return
         self._next_lease_check = now + LEASE_RECHECK_S
+        for note in self.leases.recheck_files():  # a lock file its owner (another user) deleted: leased again
+            log.warning("device lease: %s", note)
         self._recheck_foreign()
         self._exchange_wants()
 
@@ -138,6 +140,8 @@ class DeviceLeasing(ABC):
         the devices this plane holds, and plan again when someone newly waits for one."""
         wanted: dict[str, tuple[Device, str]] = {}
         for device, process in self.index.foreign():
+            if not process.pid:  # a lock file or lease directory this process cannot trust: nobody to ask
+                continue
             name = identity(device)
             endpoint = self._waiting_for(device, process)
             if name is not None and endpoint is not None:
