@@ -35,7 +35,7 @@ import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from flashpoint.explain import LEASE_DIRECTORY, LOCK_FILE, OtherProcess
+from flashpoint.explain import KERNEL_FACTS, LEASE_DIRECTORY, LOCK_FILE, OtherProcess
 from flashpoint.scheduler import kernel
 from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.kernel import process_alive, process_started
@@ -125,7 +125,7 @@ def identity(device: Device) -> str | None:
 UNREADABLE = OtherProcess(0, "unknown", "its lease record is not written yet or cannot be read")
 #: the holder named when a lease is held but /proc/locks lists no process for it
 NOT_LISTED = OtherProcess(
-    0, "process", "its holder is not listed in /proc/locks: a process of another PID namespace, such as a container"
+    0, KERNEL_FACTS, "its holder is not listed in /proc/locks: a process of another PID namespace, such as a container"
 )
 
 
