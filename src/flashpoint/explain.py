@@ -13,6 +13,9 @@ class Code(str, Enum):
 
     #: no node has the model, or no node has gpu_count of it: waiting will not help until the fleet changes
     NOT_IN_FLEET = "not_in_fleet"
+    #: only a node that left the fleet (a Ray node that stopped answering, or one Ray declared dead) could hold it:
+    #: waiting for that node to return, not "can never run"
+    NODE_AWAY = "node_away"
     #: the devices exist but are held by workers (of the endpoints named, or of other flashpoint processes of this
     #: machine: the reason's ``processes``)
     BUSY = "busy"

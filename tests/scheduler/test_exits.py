@@ -29,3 +29,10 @@ from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 def test_exit_classification(code: int, by_itself: bool, text: str) -> None:
     assert failed_by_itself(code) is by_itself
     assert describe_exit(code) == text
+
+
+def test_a_backends_words_replace_the_code_of_a_process_lost_from_sight() -> None:
+    # a Ray actor that died reports no exit status: the backend's words, never "killed by SIGHUP" (-1 is no signal)
+    cause = "its Ray node 10.0.0.5/ab12cd34 is away (its raylet at 10.0.0.5:40805 stopped answering)"
+    assert describe_exit(-1, cause) == cause
+    assert describe_exit(-signal.SIGHUP) == "killed by SIGHUP"  # a real SIGHUP is still said as one

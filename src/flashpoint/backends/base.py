@@ -10,8 +10,16 @@ from flashpoint.scheduler.inventory import Device, Fleet, Node
 
 #: called with (worker_id, channel "stdout" or "stderr", line without newline)
 LineCallback = Callable[[str, str, str], None]
-#: called once with (worker_id, exit code) when the worker process is gone
-ExitCallback = Callable[[str, int], None]
+
+
+class ExitCallback(Protocol):
+    """Called once when the worker process is gone: its exit code (negative: the signal that killed it), and, when
+    the backend lost sight of the process instead of seeing it end (a Ray actor that died), ``cause``, in words
+    (the code is then -1 and no signal is meant)."""
+
+    def __call__(self, worker_id: str, code: int, /, cause: str = "") -> None: ...
+
+
 #: called with the whole fleet (devices and nodes, in a stable order) whenever it changes (a node joined or left)
 FleetCallback = Callable[[Fleet], None]
 

@@ -12,7 +12,8 @@ what CPU workers may reserve there, its ``datacenter`` label is matched by ``dat
 label (also printed by ``flashpoint ray-flags``) by ``min_cuda_version``. Ray is imported only inside functions here,
 so ``import flashpoint`` never loads it. The labels and the reading of ``ray.nodes()`` are ``raynodes.py`` (pure);
 what a worker takes to a node that shares no filesystem with the plane (its environment, its code) is
-``rayship.py``.
+``rayship.py``; a node that stopped answering (set aside at once), an actor's death and a cluster that wants a token,
+in true words, are ``rayhealth.py``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import sys
 import tempfile
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flashpoint.backends import process, rayship
+from flashpoint.backends import process, rayhealth, rayship
 from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback, Started, address, http_env
 from flashpoint.backends.raynodes import (
     CUDA_LABEL,
@@ -207,6 +207,15 @@ class RayBackend:
         self._fleet_nodes: list[Node] = []
         self._nodes: dict[str, Mapping[str, Any]] = {}  # node name -> ray.nodes() entry
         self._first_seen: dict[str, int] = {}
+        #: the last ``ray.nodes()`` answer, every node's entry by id
+        self._by_id: dict[str, Mapping[str, Any]] = {}
+        #: nodes set aside because their raylet stopped answering (or Ray said they died), until Ray lists them dead
+        #: or their raylet answers again; and why nodes that just left are gone (``Fleet.away``)
+        self._away = rayhealth.AwayNodes()
+        self._gone: dict[str, str] = {}
+        self._on_change: FleetCallback | None = None
+        #: the Ray node id each worker's actor was pinned to
+        self._worker_nodes: dict[str, str] = {}
         self._actors: dict[str, Any] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._poller: asyncio.Task[None] | None = None
@@ -227,7 +236,8 @@ class RayBackend:
 
         if not ray.is_initialized():
             if self.address:
-                _check_reachable(self.address)
+                rayhealth.check_reachable(self.address)
+                _check_token(self.address)
             options: dict[str, Any] = {
                 "include_dashboard": False,
                 "log_to_driver": False,
@@ -248,6 +258,8 @@ class RayBackend:
                     ray.init(address="local", num_gpus=len(self._local), labels=labels, **options)
             except ConfigError:
                 raise
+            except ray.exceptions.AuthenticationError:  # token mode, and no token found
+                raise ConfigError(rayhealth.token_advice(self.address or "local", os.environ)) from None
             except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
                 raise BackendError(
@@ -260,10 +272,16 @@ class RayBackend:
         self._read_fleet(ray.nodes())  # type: ignore[no-untyped-call]
 
     def _read_fleet(self, nodes: Sequence[Mapping[str, Any]]) -> bool:
-        """Take a ``ray.nodes()`` answer; True when the devices changed. Nodes keep the order they first joined in."""
+        """Take a ``ray.nodes()`` answer; True when the devices changed. Nodes keep the order they first joined in;
+        nodes set aside are left out, until Ray lists them dead (then they are gone) or they answer again."""
         for node in nodes:
             self._first_seen.setdefault(str(node["NodeID"]), len(self._first_seen))
-        live = sorted((n for n in nodes if n.get("Alive")), key=lambda n: self._first_seen[str(n["NodeID"])])
+        self._by_id = {str(n["NodeID"]): n for n in nodes}
+        self._away.settle(i for i, n in self._by_id.items() if n.get("Alive"))
+        alive = [n for n in nodes if n.get("Alive") and str(n["NodeID"]) not in self._away]
+        live = sorted(alive, key=lambda n: self._first_seen[str(n["NodeID"])])
+        dead = [n for n in nodes if not n.get("Alive") and node_name(n) in self._nodes]  # since the last reading
+        self._gone = {**{node_name(n): rayhealth.declared_dead(n) for n in dead}, **dict(self._away.reasons())}
         self._nodes = {node_name(n): n for n in live}
         devices = devices_from_nodes(live)
         fleet_nodes = nodes_from_ray(live)
@@ -279,7 +297,11 @@ class RayBackend:
         return list(self._fleet_nodes)
 
     def watch(self, on_change: FleetCallback) -> None:
+        self._on_change = on_change
         self._poller = asyncio.get_running_loop().create_task(self._poll(on_change))
+
+    def _fleet(self) -> Fleet:
+        return Fleet.of(self._devices, self._fleet_nodes, self._gone.items())
 
     async def _poll(self, on_change: FleetCallback) -> None:
         import ray
@@ -291,8 +313,45 @@ class RayBackend:
             except Exception as exc:  # the GCS may be restarting: keep the last fleet and ask again
                 log.warning("cannot read the Ray cluster's nodes: %s", exc)
                 continue
+            await self._probe_away(nodes)
             if self._read_fleet(nodes):
-                on_change(Fleet.of(self._devices, self._fleet_nodes))
+                on_change(self._fleet())
+
+    async def _probe_away(self, nodes: Sequence[Mapping[str, Any]]) -> None:
+        """Nodes set aside that Ray still lists alive and whose raylet answers again are back."""
+        alive = {str(n["NodeID"]) for n in nodes if n.get("Alive")}
+        probed = [(node_id, away) for node_id, away in self._away.items() if node_id in alive]
+        answers = await asyncio.gather(
+            *(asyncio.to_thread(rayhealth.raylet_answers, away.host, away.port) for _, away in probed)
+        )
+        for (node_id, away), answers_now in zip(probed, answers, strict=True):
+            if answers_now:
+                self._away.back(node_id)
+                log.warning("Ray node %s answers again: placing workers there again", away.name)
+
+    async def _node_lost(self, node_id: str | None, error: str) -> str | None:
+        """Whether a worker's actor was lost with its node, and if so why, in words (the node is then set aside at
+        once, and the plane hears of the fleet without it): Ray says the node died, or Ray lists it alive but its
+        raylet does not answer. None when the node is fine, so only the actor died."""
+        entry = self._by_id.get(node_id or "")
+        if node_id is None or entry is None:
+            return None
+        name = node_name(entry)
+        known = self._away.get(node_id)
+        if known is not None:  # another of its actors told already
+            return f"its Ray node {name} is away ({known.why})"
+        host, port = str(entry.get("NodeManagerAddress") or ""), int(entry.get("NodeManagerPort") or 0)
+        if rayhealth.node_died(error) or not entry.get("Alive"):
+            why = f"Ray says it died ({rayhealth.death_cause(error)})"
+        elif host and port and not await asyncio.to_thread(rayhealth.raylet_answers, host, port):
+            why = f"its raylet at {address(host, port)} stopped answering"
+        else:
+            return None
+        if self._away.mark(node_id, rayhealth.Away(name, why, host, port)) and not self._closed:
+            log.warning("Ray node %s is away (%s): its devices are set aside until it answers again", name, why)
+            if self._read_fleet(list(self._by_id.values())) and self._on_change is not None:
+                self._on_change(self._fleet())
+        return f"its Ray node {name} is away ({why})"
 
     # -- workers
 
@@ -325,8 +384,10 @@ class RayBackend:
         if shipment.runtime_env is not None:
             options["runtime_env"] = shipment.runtime_env
         where = launch.devices[0].node if launch.devices else launch.node
+        node_id: str | None = None
         if where:
             options["label_selector"] = self._selector(where, bool(launch.devices))
+            node_id = options["label_selector"][NODE_ID_LABEL]
         if self._host_class is None:
             self._host_class = ray.remote(WorkerHost)
         actor = self._host_class.options(**options).remote()
@@ -375,6 +436,9 @@ class RayBackend:
             raise NotReadyError(f"worker {launch.worker_id}: Ray cannot place it there: {_short(exc)}") from exc
         except Exception as exc:  # the actor died in its constructor, the command could not start, or close() came
             _kill(actor)
+            lost = await self._node_lost(node_id, str(exc))
+            if lost is not None:  # its node went away, not the worker: no failed start
+                raise NotReadyError(f"worker {launch.worker_id}: {lost}") from exc
             raise BackendError(f"worker {launch.worker_id}: {_short(exc)}") from exc
         finally:
             self._starting.discard(actor)
@@ -384,12 +448,14 @@ class RayBackend:
             _kill(actor)
             raise BackendError(f"worker {launch.worker_id}: the Ray backend is closed")
         self._actors[launch.worker_id] = actor
+        if node_id is not None:
+            self._worker_nodes[launch.worker_id] = node_id
         self._pumps[launch.worker_id] = asyncio.create_task(self._pump(launch.worker_id, actor, on_line, on_exit))
         ids = tuple(int(i) for i in gpu_ids) if all(i.isdigit() for i in gpu_ids) else None
         return Started(device_ids=ids, address=where_http)
 
     async def _pump(self, worker_id: str, actor: Any, on_line: LineCallback, on_exit: ExitCallback) -> None:
-        code = -1
+        code, cause = -1, ""
         try:
             while True:
                 lines, exited = await actor.output.remote(1.0)
@@ -401,12 +467,20 @@ class RayBackend:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # RayActorError and friends: the actor, or its whole node, is gone
-            on_line(worker_id, "stderr", f"flashpoint: the Ray actor of worker {worker_id} is gone: {_short(exc)}")
+            self._actors.pop(worker_id, None)  # nothing to ask it to stop
+            error = str(exc)
+            node = await self._node_lost(self._worker_nodes.get(worker_id), error)
+            cause = node or f"its Ray actor is gone ({type(exc).__name__}: {rayhealth.death_cause(error)})"
+            on_line(worker_id, "stderr", f"flashpoint: worker {worker_id} is gone: {cause}")
         finally:
             self._actors.pop(worker_id, None)
             self._pumps.pop(worker_id, None)
+            self._worker_nodes.pop(worker_id, None)
             _kill(actor)
-        on_exit(worker_id, code)
+        if cause:  # no exit status: the process was lost from sight, not seen to end
+            on_exit(worker_id, code, cause)
+        else:
+            on_exit(worker_id, code)
 
     async def stop(self, worker_id: str, grace_s: float) -> None:
         actor = self._actors.get(worker_id)
@@ -449,24 +523,24 @@ class _DropThreadWarning(logging.Filter):
         return "SIGTERM handler is not set" not in record.getMessage()
 
 
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast, and say what to do, when nothing listens at a cluster address (Ray itself retries for minutes)."""
-    if address == "auto":
+def _check_token(address: str) -> None:
+    """Fail at once, saying how to give the token, when the cluster uses Ray's token authentication and this process
+    sends none or another (``ray.init`` retries for 20 s, then says only "Failed to connect", which reads as a wrong
+    address). A GCS client of Ray's own sends the token as Ray would; anything but a refusal is left to ``ray.init``."""
+    if address == "auto" or "://" in address:  # Ray authenticates to a cluster it finds itself; ray:// is Ray Client
         return
-    hostport = address.split("://", 1)[-1].rstrip("/")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(
-            f"Ray address {address!r} is not HOST:PORT; give the head node's address as `ray start --head` printed it, "
-            "e.g. 10.0.0.5:6379, or 'auto' on a node of the cluster"
-        )
+    import ray._raylet
+
+    gcs_client: Any = getattr(ray._raylet, "InnerGcsClient", None)  # compiled, and untyped in Ray's stubs
+    AuthenticationError: Any = getattr(ray.exceptions, "AuthenticationError", None)
+    if gcs_client is None or AuthenticationError is None:  # pragma: no cover - a Ray without token authentication
+        return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise BackendError(
-            f"no Ray cluster answers at {address} ({exc}). Start one with `ray start --head` and pass the address it "
-            "prints as FLASHPOINT_RAY_ADDRESS (or serve --ray-address); leave it unset to start Ray on this machine"
-        ) from None
+        gcs_client.standalone(address, None, 5000)
+    except AuthenticationError:
+        raise ConfigError(rayhealth.token_advice(address, os.environ)) from None
+    except Exception as exc:  # not a refusal: ray.init tells what it is
+        log.debug("the Ray cluster at %s did not answer a GCS client (%s); ray.init will say why", address, exc)
 
 
 def _upload(directory: str) -> str:

@@ -118,14 +118,15 @@ class StubBackend:
     def launch(self, worker_id: str) -> Launch:
         return self.workers[worker_id].launch
 
-    def exit(self, worker_id: str, code: int) -> None:
-        """The worker's process ends with ``code`` (negative: killed by that signal)."""
+    def exit(self, worker_id: str, code: int, cause: str = "") -> None:
+        """The worker's process ends with ``code`` (negative: killed by that signal); with ``cause``, the backend
+        lost sight of it instead (a Ray actor that died), and says what happened."""
         worker = self.workers[worker_id]
         if worker.running:
             worker.running = False
             worker.ping = None
             worker.answered.set()
-            worker.on_exit(worker_id, code)
+            worker.on_exit(worker_id, code, cause)
 
     def answer(self, worker_id: str, status: int | None) -> None:
         """The route worker's ``/ping`` answers ``status`` from now on (200 ready, 204 initialising, None: not up)."""
@@ -148,13 +149,16 @@ class StubBackend:
         """The worker prints ``text`` on ``channel`` ("stdout" or "stderr")."""
         self.workers[worker_id].on_line(worker_id, channel, text)
 
-    def change_fleet(self, devices: Sequence[Device], nodes: Sequence[Node] | None = None) -> None:
+    def change_fleet(
+        self, devices: Sequence[Device], nodes: Sequence[Node] | None = None, away: Sequence[tuple[str, str]] = ()
+    ) -> None:
         """A node joins or leaves: the plane hears of the new fleet as from a real cluster. Without ``nodes``, the
-        nodes described before that some device still names stay described."""
+        nodes described before that some device still names stay described. ``away``: ``(node, why)`` for nodes
+        that left with a reason the backend knows (a Ray node whose raylet stopped answering)."""
         if nodes is None:
             named = {d.node for d in devices}
             nodes = [n for n in self._nodes if n.name in named]
         self._devices = list(devices)
         self._nodes = list(nodes)
         if self._on_change is not None:
-            self._on_change(Fleet.of(self._devices, self._nodes))
+            self._on_change(Fleet.of(self._devices, self._nodes, away))

@@ -33,8 +33,11 @@ def failed_by_itself(code: int) -> bool:
     return code >= 0 or -code in SELF_INFLICTED
 
 
-def describe_exit(code: int) -> str:
-    """``exit code 1`` or ``killed by SIGKILL``."""
+def describe_exit(code: int, cause: str = "") -> str:
+    """``exit code 1`` or ``killed by SIGKILL``; ``cause`` instead, when the backend said what happened (its process
+    was lost from sight, not seen to end: no code or signal of its own is known)."""
+    if cause:
+        return cause
     if code >= 0:
         return f"exit code {code}"
     try:

@@ -136,15 +136,22 @@ def show_gb(memory_mb: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Fleet:
     """The fleet a backend places workers on: its GPUs in fleet order, and its nodes (GPU nodes and CPU-only ones)
-    in fleet order. Build it with ``Fleet.of``, which describes every node a device names."""
+    in fleet order. Build it with ``Fleet.of``, which describes every node a device names.
+
+    ``away`` says, in words, why nodes that are not in it are not (``(name, why)``: a Ray node whose raylet stopped
+    answering, one Ray declared dead); a node that left without a word is simply absent."""
 
     devices: tuple[Device, ...] = ()
     nodes: tuple[Node, ...] = ()
+    away: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def of(cls, devices: Iterable[Device] = (), nodes: Iterable[Node] = ()) -> Fleet:
+    def of(
+        cls, devices: Iterable[Device] = (), nodes: Iterable[Node] = (), away: Iterable[tuple[str, str]] = ()
+    ) -> Fleet:
         """``devices`` and ``nodes``, plus a bare ``Node`` (no CPU capacity, unknown CUDA) for each node a device
-        names that ``nodes`` does not describe, after the described ones, in device order.
+        names that ``nodes`` does not describe, after the described ones, in device order; ``away``, why absent
+        nodes are absent.
 
         Raises:
             ValueError: a node is described twice.
@@ -158,7 +165,7 @@ class Fleet:
         for device in devices:
             if device.node not in names and device.node not in bare:
                 bare[device.node] = Node(device.node, simulated=device.simulated)
-        return cls(devices, described + tuple(bare.values()))
+        return cls(devices, described + tuple(bare.values()), tuple(away))
 
 
 def nodes_summary(nodes: Sequence[Node]) -> str:

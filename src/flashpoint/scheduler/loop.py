@@ -16,6 +16,7 @@ fleet rows) plan without applying: they never start or stop a worker.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable
@@ -25,16 +26,17 @@ from flashpoint import codec
 from flashpoint.backends.base import Backend
 from flashpoint.clock import SYSTEM_CLOCK, Clock
 from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotFoundError
+from flashpoint.explain import WaitReason
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.optionnotes import host_option_notes
-from flashpoint.scheduler import planner, readiness, views, watchdog
+from flashpoint.scheduler import departed, planner, readiness, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, check_system, system_note
 from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
 from flashpoint.scheduler.leases import DeviceLeases
-from flashpoint.scheduler.placement import NoFit, endpoint_notes, feasible_endpoint
+from flashpoint.scheduler.placement import NoFit, endpoint_notes
 from flashpoint.scheduler.readiness import Probe
 from flashpoint.scheduler.reads import PlaneReads
 from flashpoint.scheduler.records import EndpointState, Worker
@@ -133,6 +135,10 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         self._waiting: set[str] = set()
         #: devices passed over until a monotonic time, because a worker placed on them never came up
         self._set_aside: dict[tuple[str, int], tuple[float, Device]] = {}
+        #: nodes that left the fleet, by name, until they are back (``departed``): what only they could hold waits
+        self.departed: dict[str, departed.Departed] = {}
+        #: per endpoint, its candidates only a departed node could hold, and their ``node_away`` reasons
+        self._away: dict[str, dict[str, WaitReason]] = {}
         self._next_expiry_check = 0.0
         self._kicked = False
         self._tick_task: asyncio.Task[None] | None = None
@@ -160,27 +166,28 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         present = {d.key for d in devices}
         before = {d.key for d in self.index.devices}
         nodes = {n.name for n in fleet.nodes}
+        now = self.clock.time()
+        self.departed = departed.departures(self.departed, self.index.devices, self.index.nodes.nodes, fleet, now)
         self.index.replace(devices, fleet.nodes)
         for key in [k for k in self._set_aside if k not in present]:
             del self._set_aside[key]
-        log.info(
-            "fleet changed: %d device(s) joined, %d left; now %s",
-            len(present - before),
-            len(before - present),
-            self.fleet_summary(),
-        )
+        joined, left = len(present - before), len(before - present)
+        log.info("fleet changed: %d device(s) joined, %d left; now %s", joined, left, self.fleet_summary())
         for worker in list(self.workers.values()):
-            if any(d.key not in present for d in worker.devices):
-                gone = sorted({d.node for d in worker.devices if d.key not in present})
-                self._lose(worker, f"node {', '.join(gone)} left the fleet")
-            elif worker.cpu is not None and worker.cpu.node not in nodes:
-                self._lose(worker, f"node {worker.cpu.node} left the fleet")
+            gone = {d.node for d in worker.devices if d.key not in present}
+            if worker.cpu is not None and worker.cpu.node not in nodes:
+                gone.add(worker.cpu.node)
+            if gone:  # a node that is away says why: the loss is the node's, not the worker's
+                self._lose(worker, departed.why_lost(sorted(gone), fleet.away))
         for ep in self.endpoints.values():
-            never = feasible_endpoint(ep.spec, self.index.devices, self.index.nodes.nodes)
+            waited = bool(self._away.get(ep.spec.name))
+            never = self._judge(ep)
             if never is None and ep.never is not None:
                 log.info("endpoint %r can run now: the fleet has %s", ep.spec.name, self.fleet_summary())
             elif never is not None and ep.never is None:
                 log.warning(self._never_message(ep.spec, never))
+            for r in self._away[ep.spec.name].values() if not waited else ():
+                log.warning("endpoint %r: %s waits for its node to return: %s", ep.spec.name, r.candidate, r.detail)
             ep.never = never
         self.kick()
 
@@ -270,7 +277,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         if code_file is not None:
             self.supervisor.code_files.setdefault(spec.name, code_file)
         ep = EndpointState(spec, target, registered_at=self.clock.time())
-        ep.never = feasible_endpoint(spec, self.index.devices, self.index.nodes.nodes)
+        ep.never = self._judge(ep)
         if ep.never is not None:
             log.warning(self._never_message(spec, ep.never))
         if self.envs is not None:  # its workers run on this machine: say once what they will lack
@@ -292,6 +299,13 @@ class ControlPlane(PlaneReads, WorkerSupervision):
 
     def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
         return views.never_message(spec, nofit, self.index)
+
+    def _judge(self, ep: EndpointState) -> NoFit | None:
+        """The endpoint's "can never run" verdict on this fleet; its candidates only a departed node could hold wait
+        for that node (``node_away``) instead."""
+        never, away = departed.judge(ep.spec, self.index, self.departed)
+        self._away[ep.spec.name] = away
+        return never
 
     def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
         """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match, a
@@ -452,7 +466,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             for n, ep in self.endpoints.items()
             if ep.queued and (t := oldest_held(ep) if ep.spec.serves_routes else self.book.oldest(ep)) is not None
         }
-        return planner.plan(
+        plan = planner.plan(
             self.endpoints,
             self.index,
             now=self.clock.monotonic(),
@@ -460,6 +474,10 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             oldest=oldest,
             wanted=self.wanted_elsewhere,
         )
+        if not self.departed:
+            return plan
+        waiting = {name: departed.with_away(r, self._away.get(name, {})) for name, r in plan.waiting.items()}
+        return dataclasses.replace(plan, waiting=waiting)
 
     def reconcile(self) -> None:
         """Start the workers endpoints want, oldest waiter first; reclaim idle devices for waiters; record why not."""
@@ -564,7 +582,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             self.routed[spec.name] = ep
         else:
             self.routed.pop(spec.name, None)
-        ep.never = feasible_endpoint(spec, self.index.devices, self.index.nodes.nodes)
+        ep.never = self._judge(ep)
         if ep.never is not None:
             log.warning(self._never_message(spec, ep.never))
         # new code starts afresh: no back-off left from the failed starts of the old one

@@ -390,14 +390,17 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
     def _on_not_ready(self, worker: Worker, exc: NotReadyError) -> None:
         """The worker's place never came up (a Ray actor not ready in time): not the endpoint's fault. Its devices
         are passed over for a while, and the next worker goes to the next candidate."""
-        log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
         worker.state = WorkerState.STOPPING
         self._on_exit(worker.id, -1, cause="its place never came up")
         until = self.clock.monotonic() + SET_ASIDE_S
-        for device in worker.devices:
-            if device in self.index and self.index.is_free(device):
-                self.index.hold((device,), Holder("", SET_ASIDE))
-                self._set_aside[device.key] = (until, device)
+        aside = [d for d in worker.devices if d in self.index and self.index.is_free(d)]  # a node gone: none
+        for device in aside:
+            self.index.hold((device,), Holder("", SET_ASIDE))
+            self._set_aside[device.key] = (until, device)
+        if aside:
+            log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
+        else:  # they left the fleet (their node is away): nothing to pass over
+            log.warning("%s", exc)
 
     def _watch_workers(self, ep: EndpointState, now: float) -> None:
         """The watchdog, for jobs a worker holds but its pings have left out for ``lost_job_grace_s`` (it neither

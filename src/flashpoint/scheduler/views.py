@@ -55,6 +55,8 @@ def explain(
         summary = f"nothing queued; {len(ep.workers)} worker(s)"
         if ep.spec.serves_routes:  # held requests stand where queued jobs do
             summary = f"no request waiting; {len(ep.workers)} worker(s), {ep.in_flight} request(s) in flight"
+    elif reasons and all(r.code is Code.NODE_AWAY for r in reasons):  # not "never": it ran there, and may again
+        summary = "waiting for its node to return: " + "; ".join(dict.fromkeys(r.detail for r in reasons))
     elif reasons:
         summary = "waiting: " + "; ".join(sorted({r.code.value for r in reasons}))
     else:
