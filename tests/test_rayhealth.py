@@ -115,6 +115,14 @@ async def test_a_node_set_aside_that_ray_declares_dead_is_gone_and_says_why(refu
     }
 
 
+async def test_a_closing_backend_blames_no_node_for_the_actors_it_kills(refusing: int) -> None:
+    backend = RayBackend("127.0.0.1:1")
+    backend._read_fleet([entry("aaaa1111", refusing)])
+    backend._closed = True  # as close() sets it before killing its actors
+    assert await backend._node_lost("aaaa1111", "The actor was killed by ray.kill") is None
+    assert len(backend._away) == 0 and [d.name for d in backend.devices()] == ["NVIDIA H200"]
+
+
 async def test_ray_saying_the_node_died_sets_it_aside_without_a_probe(listening: int) -> None:
     backend = RayBackend("127.0.0.1:1")
     backend._read_fleet([entry("aaaa1111", listening)])

@@ -334,7 +334,7 @@ class RayBackend:
         once, and the plane hears of the fleet without it): Ray says the node died, or Ray lists it alive but its
         raylet does not answer. None when the node is fine, so only the actor died."""
         entry = self._by_id.get(node_id or "")
-        if node_id is None or entry is None:
+        if node_id is None or entry is None or self._closed:  # closing kills the actors: no node is to blame
             return None
         name = node_name(entry)
         known = self._away.get(node_id)
@@ -347,7 +347,7 @@ class RayBackend:
             why = f"its raylet at {address(host, port)} stopped answering"
         else:
             return None
-        if self._away.mark(node_id, rayhealth.Away(name, why, host, port)) and not self._closed:
+        if self._away.mark(node_id, rayhealth.Away(name, why, host, port)):
             log.warning("Ray node %s is away (%s): its devices are set aside until it answers again", name, why)
             if self._read_fleet(list(self._by_id.values())) and self._on_change is not None:
                 self._on_change(self._fleet())
