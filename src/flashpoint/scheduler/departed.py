@@ -118,9 +118,16 @@ def with_away(reasons: tuple[WaitReason, ...], away: Mapping[str, WaitReason]) -
 
 
 def _could_hold(spec: EndpointSpec, index: FleetIndex, gone: Departed) -> frozenset[str]:
-    """The candidates of ``spec`` that the fleet of ``index`` with ``gone`` back could hold (its node filters applied
-    to that fleet, as they would be if it returned)."""
+    """The candidates of ``spec`` that the fleet of ``index`` with ``gone`` back could hold, its node filters applied
+    to that fleet as they would be if it returned. Only candidates the node alone is large enough for are asked
+    about, so a departed node that could not help costs no fleet index."""
+    alone = FleetIndex(gone.devices, (gone.node,))
+    if spec.uses_gpu:
+        maybe = [describe(c) for c in spec.candidates if alone.largest(c) >= spec.gpu_count]
+    else:
+        maybe = [r.name for r in cpu_requests(spec) if alone.nodes.could_hold(r)]
+    if not maybe:
+        return frozenset()
     back = FleetIndex((*index.devices, *gone.devices), (*index.nodes.nodes, gone.node))
     never = {r.candidate for r in never_candidates(spec, back)}
-    names = [describe(c) for c in spec.candidates] if spec.uses_gpu else [r.name for r in cpu_requests(spec)]
-    return frozenset(name for name in names if name not in never)
+    return frozenset(name for name in maybe if name not in never)
