@@ -119,13 +119,17 @@ class Dev:
 
 
 def start_dev(folder: Path, *args: str) -> Dev:
-    """``flashpoint dev`` (no key) of a one-file project in ``folder``/project on 127.0.0.1 port 0, its log in
-    ``folder``/dev.err; ``stop`` it."""
+    """``flashpoint dev`` (no key) of a project in ``folder``/project (a queue endpoint, ``worker``, and a route
+    endpoint, ``lb``) on 127.0.0.1 port 0, its log in ``folder``/dev.err; ``stop`` it."""
     root = folder / "project"
     root.mkdir()
     (root / "worker.py").write_text(
         'from flashpoint import Endpoint\n\n@Endpoint(name="worker", cpu="cpu3c-1-2")\n'
         "async def double(x: int) -> int:\n    return 2 * x\n"
+    )
+    (root / "lb.py").write_text(
+        'from flashpoint import Endpoint\n\napi = Endpoint(name="lb", cpu="cpu3c-1-2")\n\n\n@api.post("/compute")\n'
+        "async def compute(numbers: list[int]) -> dict[str, int]:\n    return {'total': sum(numbers)}\n"
     )
     env = {**os.environ, "FLASHPOINT_SIMULATED_GPUS": "NVIDIA_H200:1", "FLASHPOINT_CPUS": "4",
            "FLASHPOINT_MEMORY_GB": "16", "FLASHPOINT_STATE_DIR": str(folder / "state"),
@@ -175,11 +179,12 @@ def test_a_keyless_dev_server_answers_only_this_machines_names_and_its_own_pages
     served = dev()
     with httpx.Client(base_url=served.url, timeout=60) as client:
         for method, path in [("POST", "/worker/runsync"), ("GET", "/docs"), ("GET", "/ping"), ("GET", "/v1/jobs"),
-                             ("GET", "/metrics"), ("POST", "/v2/worker/run")]:  # fmt: skip
+                             ("GET", "/metrics"), ("POST", "/v2/worker/run"), ("POST", "/lb/compute")]:  # fmt: skip
             body = {"json": {"input": {"x": 1}}} if method == "POST" else {}
             refused(client.request(method, path, headers=REBOUND, **body), 421, "misdirected_request")
         for headers in PAGES:
             refused(client.post("/worker/runsync", json={"input": {"x": 1}}, headers=headers), 403, "cross_origin")
+            refused(client.post("/lb/compute", json={"numbers": [1]}, headers=headers), 403, "cross_origin")
         for kind in ("text/plain", None):
             headers = {"Content-Type": kind} if kind else {}
             answer = client.post("/worker/runsync", content=b'{"input": {"x": 1}}', headers=headers)
@@ -189,6 +194,8 @@ def test_a_keyless_dev_server_answers_only_this_machines_names_and_its_own_pages
         assert job_count(client) == 0
         done = client.post("/worker/runsync", json={"input": {"x": 21}})
         assert done.status_code == 200 and done.json()["output"] == 42, done.text
+        routed = client.post("/lb/compute", json={"numbers": [1, 2]})
+        assert routed.status_code == 200 and routed.json() == {"total": 3}, routed.text
         assert client.get("/docs", headers={"Host": "localhost"}).status_code == 200
 
 
