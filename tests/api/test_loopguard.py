@@ -1,6 +1,6 @@
 """The keyless server's guard (api/loopguard.py): its decision by table (Host, Sec-Fetch-Site, Origin), the JSON
 Content-Type rule, the names a server answers to, and the ASGI guard over a real inner app (HTTP, WebSocket, lifespan).
-Real servers behind it: tests/server/test_keyless.py; a real browser: tests/hardening/test_browser.py."""
+Real servers behind it: tests/hardening/test_keyless.py; a real browser: tests/hardening/test_browser.py."""
 
 from __future__ import annotations
 

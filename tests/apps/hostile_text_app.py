@@ -1,5 +1,5 @@
 """An app whose endpoint hands text that would steer a terminal back in every channel a job has: its log lines (stdout
-and stderr), its output, and, asked to fail, its error message and traceback (tests/e2e/test_terminal_text.py)."""
+and stderr), its output, and, asked to fail, its error message and traceback (tests/hardening/test_terminal_text.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The app of the keyless-server tests (tests/server/test_keyless.py): a queue endpoint and an HTTP-route endpoint, both
-on CPU (flashpoint's own route worker serves the routes)."""
+"""The app of the keyless-server tests (tests/hardening/test_keyless.py): a queue endpoint and an HTTP-route
+endpoint, both on CPU (flashpoint's own route worker serves the routes)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The CLI's human views are inert (issue 20 point 6): what other processes' lease records, the planes' fleets and
 explanations, and a server's error messages say is escaped before it is drawn, while rich's own styles still work and
-no text is read as markup. End to end with real jobs: ``tests/e2e/test_terminal_text.py``."""
+no text is read as markup. End to end with real jobs: ``tests/hardening/test_terminal_text.py``."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import ROOT, start_serve_process, until
 from tests.e2e.test_dashboard import chromium
-from tests.server.test_keyless import start_dev
+from tests.hardening.test_keyless import start_dev
 
 pytestmark = [pytest.mark.slow, pytest.mark.hardening, pytest.mark.timeout(240)]
 

@@ -28,7 +28,7 @@ from flashpoint.cli import app
 from tests.conftest import ROOT, SERVER_GPUS, start_serve_process, until
 from tests.test_terminal import raw_characters
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.hardening, pytest.mark.timeout(240)]
 
 #: OSC 52 (writes the clipboard), a screen clear, a C1 CSI, a carriage return that rewrites the line, a bidi override
 HOSTILE = "A\x1b]52;c;aGFja2Vk\x07B\x1b[2JC\x9b31mD\rE\u202eF"

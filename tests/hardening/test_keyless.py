@@ -24,7 +24,7 @@ import pytest
 from flashpoint.embedded import EmbeddedServer
 from tests.conftest import ROOT, Served, until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.hardening, pytest.mark.timeout(180)]
 
 APP = "tests/apps/keyless_app.py"
 #: a page of attacker.example that pointed its name at 127.0.0.1
