@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 
 from flashpoint.embedded import EmbeddedServer
 from tests.conftest import ROOT, Served, until
+from tests.server.test_hostile_connections import wait_closed
 
 pytestmark = [pytest.mark.slow, pytest.mark.hardening, pytest.mark.timeout(180)]
 
@@ -199,22 +199,6 @@ def test_a_keyless_dev_server_answers_only_this_machines_names_and_its_own_pages
         assert client.get("/docs", headers={"Host": "localhost"}).status_code == 200
 
 
-def read_until_closed(sock: socket.socket, timeout: float) -> bytes:
-    """What the server sent before closing the connection (within ``timeout`` s)."""
-    sock.settimeout(timeout)
-    received = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            return received
-        if not chunk:
-            return received
-        received += chunk
-    raise AssertionError(f"the server did not close the connection within {timeout}s")
-
-
 def test_dev_closes_half_sent_heads_at_its_header_deadline(dev: Callable[..., Dev]) -> None:
     # flashpoint dev listens with serve's hardened transport (api/transport.py): a head that never ends does not hold
     served = dev("--header-timeout-s", "0.5")
@@ -224,7 +208,7 @@ def test_dev_closes_half_sent_heads_at_its_header_deadline(dev: Callable[..., De
         for sock in heads:
             sock.sendall(b"POST /worker/runsync HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 100\r\n")
         for sock in heads:
-            assert read_until_closed(sock, 30).startswith(b"HTTP/1.1 408")
+            assert wait_closed(sock, 30).startswith(b"HTTP/1.1 408")
     finally:
         for sock in heads:
             sock.close()

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from flashpoint.cli.serve import _api_keys
+from flashpoint.cli.serve import BodyTimeoutOption, HeaderTimeoutOption, MaxConnectionsOption, _api_keys
 from flashpoint.config import Settings
 from flashpoint.console import inert_handler
 from flashpoint.errors import ConfigError
@@ -34,19 +34,9 @@ def dev(
     reload: Annotated[
         bool, typer.Option("--reload/--no-reload", help="Reload a changed file's endpoints; queued jobs stay.")
     ] = True,
-    max_connections: Annotated[
-        int | None,
-        typer.Option(
-            help="Most open client connections; past it the oldest one without a request is closed, else new ones "
-            "are refused (default: 4096, or less under a low open-file limit)."
-        ),
-    ] = None,
-    header_timeout_s: Annotated[
-        float, typer.Option(help="Seconds a request's headers may take to arrive before the connection is closed.")
-    ] = 10.0,
-    body_timeout_s: Annotated[
-        float, typer.Option(help="Seconds a request's body may take to arrive, once its headers are in.")
-    ] = 60.0,
+    max_connections: MaxConnectionsOption = None,
+    header_timeout_s: HeaderTimeoutOption = 10.0,
+    body_timeout_s: BodyTimeoutOption = 60.0,
 ) -> None:
     """Serve every endpoint in a project folder with Flash's dev URLs (POST /<file>/runsync, /<file>/<function>/runsync,
     routes under /<file>/...; /docs lists them) on this machine's GPUs, reloading when a file changes."""

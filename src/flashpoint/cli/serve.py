@@ -20,6 +20,22 @@ from flashpoint.server import Server
 _MIB = 1024 * 1024
 
 
+#: the edge's limits, as `serve` and `dev` take them
+MaxConnectionsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Most open client connections; past it the oldest one without a request is closed, else new ones "
+        "are refused (default: 4096, or less under a low open-file limit)."
+    ),
+]
+HeaderTimeoutOption = Annotated[
+    float, typer.Option(help="Seconds a request's headers may take to arrive before the connection is closed.")
+]
+BodyTimeoutOption = Annotated[
+    float, typer.Option(help="Seconds a request's body may take to arrive, once its headers are in.")
+]
+
+
 def serve(
     app: Annotated[str, typer.Argument(help="The app: path/to/app.py or package.module, optionally :attr.")],
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs an API key.")] = (
@@ -59,19 +75,9 @@ def serve(
             "the URL); as FLASHPOINT_ALLOW_PRIVATE_WEBHOOKS=1."
         ),
     ] = False,
-    max_connections: Annotated[
-        int | None,
-        typer.Option(
-            help="Most open client connections; past it the oldest one without a request is closed, else new ones "
-            "are refused (default: 4096, or less under a low open-file limit)."
-        ),
-    ] = None,
-    header_timeout_s: Annotated[
-        float, typer.Option(help="Seconds a request's headers may take to arrive before the connection is closed.")
-    ] = 10.0,
-    body_timeout_s: Annotated[
-        float, typer.Option(help="Seconds a request's body may take to arrive, once its headers are in.")
-    ] = 60.0,
+    max_connections: MaxConnectionsOption = None,
+    header_timeout_s: HeaderTimeoutOption = 10.0,
+    body_timeout_s: BodyTimeoutOption = 60.0,
     max_result_mb: Annotated[
         float, typer.Option(help="Largest result a worker may post, in MiB; a larger output fails its job.")
     ] = codec.MAX_RESULT_BYTES / _MIB,
