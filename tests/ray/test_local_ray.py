@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -52,11 +53,15 @@ def test_embedded_ray_starts_a_labelled_local_node_without_phoning_home(tmp_path
         FLASHPOINT_SIMULATED_GPUS="NVIDIA_H200:1",
         FLASHPOINT_STATE_DIR=str(tmp_path / "state"),
         PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+        HOME=str(tmp_path / "home"),  # where Ray 2.59+ keeps the token of a new local Ray
     )
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=150, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # its token is this user's alone (Ray would write it 0644 in a 0755 ~/.ray: issue 20 point 3)
+    token = tmp_path / "home" / ".ray" / "auth_token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and stat.S_IMODE(token.parent.stat().st_mode) == 0o700
     # Ray is joined from the plane's thread; its warning about a SIGTERM handler there says nothing to act on
     assert "SIGTERM handler is not set" not in result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])

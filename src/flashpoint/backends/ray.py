@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flashpoint.backends import process, rayhealth, rayship
+from flashpoint.backends import process, rayhealth, rayship, raytoken
 from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback, Started, address, http_env
 from flashpoint.backends.raynodes import (
     CUDA_LABEL,
@@ -254,6 +254,8 @@ class RayBackend:
                     labels = node_labels(self._local, here) if self._local or (here and here.datacenter) else None
                     if here is not None:
                         options["num_cpus"] = here.cpus
+                    # Ray 2.59+ writes a token for it world-readable where none exists: written here first, 0600
+                    raytoken.keep_private()
                     # "local": a new instance of our own, even where `ray start` left a cluster running on this machine
                     ray.init(address="local", num_gpus=len(self._local), labels=labels, **options)
             except ConfigError:
