@@ -1,6 +1,7 @@
 """Server benchmark: /runsync and /run + /status of a served no-op endpoint beside a bare FastAPI echo route.
 
-Run it with ``python bench/bench_server.py`` (``--quick`` for a short run, ``--json`` for machine-readable output).
+Run it with ``python bench/bench_server.py`` (``--quick`` for a short run, ``--json`` for machine-readable output,
+``--keyless`` to serve without an API key, so that every request crosses the loopback guard).
 A real ``flashpoint serve`` process (simulated GPUs ``NVIDIA_A100_80GB_PCIe:2``, real worker processes, SQLite job
 store) and a bare FastAPI app (one ``POST /echo`` route, same uvicorn settings, no auth, no store, no workers) run as
 subprocesses on loopback. One load generator in this process drives each in turn with the same HTTP client and the
@@ -140,15 +141,18 @@ def start_process(command: list[str], env: dict[str, str], marker: str, timeout:
     return Process(match.group(1), proc)
 
 
-def start_flashpoint(tmp: Path, max_concurrency: int) -> Process:
+def start_flashpoint(tmp: Path, max_concurrency: int, keyless: bool = False) -> Process:
+    """``keyless``: without an API key, so every request crosses the loopback guard (api/loopguard.py) and the job
+    routes' Content-Type check instead of the key check; the clients' Authorization header is then ignored."""
     app = tmp / "bench_server_app.py"
     app.write_text(APP.format(extra=f", max_concurrency={max_concurrency}" if max_concurrency > 1 else ""))
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "FLASHPOINT_API_KEY"},
         "FLASHPOINT_SIMULATED_GPUS": FLEET,
-        "FLASHPOINT_API_KEY": API_KEY,
         "FLASHPOINT_STATE_DIR": str(tmp),
     }
+    if not keyless:
+        env["FLASHPOINT_API_KEY"] = API_KEY
     command = [sys.executable, "-m", "flashpoint", "serve", str(app), "--port", "0", "--db", str(tmp / "jobs.db")]
     return start_process(command, env, "flashpoint serving")
 
@@ -522,6 +526,9 @@ def main() -> None:
     )
     parser.add_argument("--client", choices=sorted(CLIENTS), default="aiohttp", help="HTTP client (default aiohttp)")
     parser.add_argument("--profile", type=Path, help="py-spy (raw) the server and its workers into this folder")
+    parser.add_argument(
+        "--keyless", action="store_true", help="serve without an API key: requests cross the loopback guard instead"
+    )
     parser.add_argument("--overall-timeout", type=float, default=600.0, help="seconds allowed for the whole run")
     args = parser.parse_args()
     args.duration = args.duration or (3.0 if args.quick else 10.0)
@@ -532,7 +539,8 @@ def main() -> None:
     print(
         f"flashpoint serve on simulated GPUs ({FLEET}) vs a bare FastAPI route; {cpus} CPUs; "
         f"Python {sys.version.split()[0]}; client {args.client}; {args.concurrency} clients; "
-        f"noop: 2 workers x max_concurrency {args.max_concurrency}",
+        f"noop: 2 workers x max_concurrency {args.max_concurrency}; "
+        f"{'keyless (the loopback guard checks each request)' if args.keyless else 'with an API key'}",
         file=log,
     )
     print(f"note: the load generator, both servers and the workers share these {cpus} CPUs", file=log)
@@ -540,7 +548,7 @@ def main() -> None:
     bare = fp = None
     try:
         bare = start_bare()
-        fp = start_flashpoint(tmp, args.max_concurrency)
+        fp = start_flashpoint(tmp, args.max_concurrency, args.keyless)
         results = asyncio.run(asyncio.wait_for(measure(args, bare, fp, log), args.overall_timeout))
     finally:
         for process in (fp, bare):
@@ -557,6 +565,7 @@ def main() -> None:
             "concurrency": args.concurrency,
             "client": args.client,
             "max_concurrency": args.max_concurrency,
+            "keyless": args.keyless,
         }
         print(json.dumps(body, indent=2))
         return
