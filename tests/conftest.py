@@ -209,6 +209,22 @@ def start_serve_process(
     return proc, match.group(1)
 
 
+def stop_process(proc: subprocess.Popen[Any], sig: int | None = 15, timeout: float = 30) -> int:
+    """Stop a process this test started: ``sig`` (None: none, it ends by itself, say on a closed stdin), at most
+    ``timeout`` s to exit, then SIGKILL; its stdout pipe closed. Its exit status."""
+    if proc.poll() is None:
+        if sig is not None:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return proc.returncode
+
+
 @dataclass
 class Served:
     """A running `flashpoint serve` process: its base URL, API key and process."""
@@ -223,16 +239,7 @@ class Served:
         return {"Authorization": f"Bearer {self.key}"}
 
     def stop(self, sig: int = 15, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return self.proc.returncode
+        return stop_process(self.proc, sig, timeout)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, until
+from tests.conftest import ROOT, stop_process, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -144,15 +144,7 @@ def dev(tmp_path: Path) -> Iterator[Callable[..., Dev]]:
 
     yield start
     for dev in started:
-        if dev.proc.poll() is None:
-            dev.proc.send_signal(signal.SIGINT)
-            try:
-                dev.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                dev.proc.kill()
-                dev.proc.wait(10)
-        if dev.proc.stdout is not None:
-            dev.proc.stdout.close()
+        stop_process(dev.proc, signal.SIGINT)
     print((tmp_path / "dev.err").read_text(errors="replace")[-4000:])
 
 

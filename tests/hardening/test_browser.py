@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, start_serve_process, until
+from tests.conftest import ROOT, start_serve_process, stop_process, until
 from tests.e2e.test_dashboard import chromium
 from tests.hardening.test_keyless import start_dev
 
@@ -95,14 +95,7 @@ def keyless_serve(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     try:
         yield url, log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except Exception:
-            proc.kill()
-            proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        stop_process(proc)
 
 
 def jobs(url: str) -> list[dict[str, object]]:

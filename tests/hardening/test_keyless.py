@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from flashpoint.embedded import EmbeddedServer
-from tests.conftest import ROOT, Served, until
+from tests.conftest import ROOT, Served, stop_process, until
 from tests.server.test_hostile_connections import wait_closed
 
 pytestmark = [pytest.mark.slow, pytest.mark.hardening, pytest.mark.timeout(180)]
@@ -107,15 +107,7 @@ class Dev:
         self.url = ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_process(self.proc, signal.SIGINT)
 
 
 def start_dev(folder: Path, *args: str) -> Dev:

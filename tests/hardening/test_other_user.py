@@ -22,7 +22,6 @@ import pwd
 import secrets
 import select
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -39,7 +38,7 @@ import pytest
 
 from flashpoint.fleetspec import parse_fleet
 from flashpoint.scheduler.leases import identity, prepare
-from tests.conftest import ROOT, start_serve_process, until
+from tests.conftest import ROOT, start_serve_process, stop_process, until
 
 pytestmark = [pytest.mark.hardening, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -197,14 +196,8 @@ class Book:
 
     def close(self) -> None:
         if self.proc.stdin is not None and not self.proc.stdin.closed:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+            self.proc.stdin.close()  # the lease book ends on end of input
+        stop_process(self.proc, None)
 
 
 @pytest.fixture
@@ -367,18 +360,6 @@ def _as_victim_file(users: Users, path: Path, text: str) -> None:
     os.chown(path, users.victim.uid, users.victim.gid)
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
 def _run_as(user: User, args: list[str], stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         user.python(*args),
@@ -487,5 +468,5 @@ def test_another_user_reads_nothing_secret_of_what_flashpoint_writes(users: User
         assert f"pid {server.pid} of user {victim.name}" in explained.stderr
     finally:
         if script is not None:
-            _stop(script)
-        _stop(server)
+            stop_process(script)
+        stop_process(server)

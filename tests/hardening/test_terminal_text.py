@@ -25,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flashpoint.cli import app
-from tests.conftest import ROOT, SERVER_GPUS, start_serve_process, until
+from tests.conftest import ROOT, SERVER_GPUS, start_serve_process, stop_process, until
 from tests.test_terminal import raw_characters
 
 pytestmark = [pytest.mark.slow, pytest.mark.hardening, pytest.mark.timeout(240)]
@@ -80,14 +80,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
         until(lambda: " FAILED in " in console.read_bytes().decode(), 30, "the console's FAILED line")
         yield Hostile(url, state, console, ok["id"], bad["id"])
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        assert proc.stdout is not None
-        proc.stdout.close()
+        stop_process(proc)
 
 
 def test_the_serve_console_prints_worker_lines_and_job_errors_inert(hostile: Hostile) -> None:
@@ -177,16 +170,6 @@ def start_dev(tmp_path: Path, root: Path) -> tuple[subprocess.Popen[bytes], Path
     return proc, out, err
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 def test_the_dev_console_prints_worker_lines_tracebacks_and_load_errors_inert(tmp_path: Path) -> None:
     root = tmp_path / "project"
     root.mkdir()
@@ -206,7 +189,7 @@ def test_the_dev_console_prints_worker_lines_tracebacks_and_load_errors_inert(tm
         (root / "broken.py").write_text(textwrap.dedent(BROKEN_FILE))
         until(lambda: "broken.py failed to load" in out.read_bytes().decode(), 60, "the load error")
     finally:
-        stop(proc)
+        stop_process(proc, signal.SIGINT)
     said, logged = out.read_bytes().decode(), err.read_bytes().decode()
     assert_inert(said)
     assert_inert(logged, shows=2)
@@ -221,7 +204,7 @@ def test_a_file_that_fails_to_load_at_the_start_is_one_inert_error_line(tmp_path
     try:
         proc.wait(90)
     finally:
-        stop(proc)
+        stop_process(proc, signal.SIGINT)
 
     assert proc.returncode == 1
     text = err.read_bytes().decode()

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.conftest import ROOT, start_serve_process
+from tests.conftest import ROOT, start_serve_process, stop_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -78,15 +78,7 @@ def edge(tmp_path: Path) -> Iterator[Callable[..., Edge]]:
 
     yield start
     for served in started:
-        if served.proc.poll() is None:
-            served.proc.terminate()
-            try:
-                served.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                served.proc.kill()
-                served.proc.wait(10)
-        if served.proc.stdout is not None:
-            served.proc.stdout.close()
+        stop_process(served.proc)
 
 
 def head(method: str, path: str, length: int | None = None, key: str | None = KEY) -> bytes:
