@@ -190,34 +190,27 @@ class DeviceLeases:
             return opened or self._refuse(f"cannot make {self._path(name)}")
         fd = opened
         try:
-            for attempt in range(_RETRIES):
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = self._held_by(fd, last=attempt == _RETRIES - 1)
-                    if holder is not None:
-                        os.close(fd)
-                        return holder
-                    continue
-                try:
-                    data = json.dumps(record(self.owner, device, name, endpoint, worker, time.time())).encode()
-                    os.pwrite(fd, data, 0)
-                    os.ftruncate(fd, len(data))
-                except OSError as exc:  # a full disk: this device cannot be leased now
-                    os.close(fd)
-                    return self._refuse(f"cannot write the lease record of {self._path(name)}: {exc}")
-                self._held[name] = fd
-                self._devices[name] = device
-                self._for[name] = (endpoint, worker)
-                owner = os.fstat(fd).st_uid
-                if owner not in (self._uid, 0):
-                    self._deletable[name] = owner
-                return None
+            holder = self._lock(fd, fcntl.LOCK_EX)
         except OSError as exc:  # no locks on this file system (ENOLCK)
             os.close(fd)
             return self._refuse(f"cannot lock {self._path(name)}: {exc} ({_LOCAL})")
-        os.close(fd)
-        return UNREADABLE
+        if holder is not None:
+            os.close(fd)
+            return holder
+        try:
+            data = json.dumps(record(self.owner, device, name, endpoint, worker, time.time())).encode()
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+            owner = os.fstat(fd).st_uid
+        except OSError as exc:  # a full disk: this device cannot be leased now
+            os.close(fd)
+            return self._refuse(f"cannot write the lease record of {self._path(name)}: {exc}")
+        self._held[name] = fd
+        self._devices[name] = device
+        self._for[name] = (endpoint, worker)
+        if owner not in (self._uid, 0):
+            self._deletable[name] = owner
+        return None
 
     def release(self, name: str) -> None:
         """Give the lease of ``name`` back (its record is emptied first); one this object does not hold is ignored."""
@@ -409,22 +402,30 @@ class DeviceLeases:
                 return refused  # no lock file (or no directory to hold one): nobody holds it, but the refusal
             return opened
         try:
-            for attempt in range(_RETRIES):
-                try:
-                    fcntl.flock(opened, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = self._held_by(opened, last=attempt == _RETRIES - 1)
-                    if holder is not None:
-                        return holder
-                    continue
-                except OSError as exc:
-                    return self._refuse(
-                        f"cannot lock {self._path(name)}: {exc} (keep the lease directory on a local disk)"
-                    )
-                return refused  # free: the record there, if any, is stale
-            return UNREADABLE
+            holder = self._lock(opened, fcntl.LOCK_SH)
+        except OSError as exc:  # no locks on this file system (ENOLCK)
+            return self._refuse(f"cannot lock {self._path(name)}: {exc} ({_LOCAL})")
         finally:
-            os.close(opened)
+            os.close(opened)  # a shared probe's lock goes with it
+        return refused if holder is None else holder  # free: the record there, if any, is stale
+
+    def _lock(self, fd: int, how: int) -> OtherProcess | None:
+        """Lock the open lock file ``fd`` (``LOCK_EX`` or ``LOCK_SH``) without waiting: None when locked, else who
+        holds it, asked again up to ``_RETRIES`` times while the holder cannot be named yet (``UNREADABLE`` after).
+
+        Raises:
+            OSError: the file system has no locks (``ENOLCK``).
+        """
+        for attempt in range(_RETRIES):
+            try:
+                fcntl.flock(fd, how | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._held_by(fd, last=attempt == _RETRIES - 1)
+                if holder is not None:
+                    return holder
+                continue
+            return None
+        return UNREADABLE
 
     def _held_by(self, fd: int, *, last: bool) -> OtherProcess | None:
         """Who holds the exclusive lock of the open lock file ``fd`` (this process's own probe just failed): the
