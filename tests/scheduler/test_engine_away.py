@@ -150,9 +150,11 @@ class _StartLostWithItsNode(StubBackend):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
+        self.entered = asyncio.Event()
         self.gate = asyncio.Event()
 
     async def start(self, launch: Launch, on_line: LineCallback, on_exit: ExitCallback) -> Started:
+        self.entered.set()
         await self.gate.wait()
         raise NotReadyError(f"worker {launch.worker_id}: its Ray node node-a is away ({RAYLET})")
 
@@ -167,7 +169,7 @@ async def test_a_start_lost_with_its_node_sets_nothing_aside_and_says_no_more_th
     plane.register(Endpoint(name="e", gpu=GpuType.NVIDIA_H200).spec, TARGET)
     plane.submit("e", {})
     plane.reconcile()
-    await asyncio.sleep(0)  # the start is in flight
+    await asyncio.wait_for(backend.entered.wait(), 10)  # the start is in flight
     backend.change_fleet(parse_fleet("node-b=NVIDIA_A100_80GB_PCIe:1").devices, away=[("node-a", RAYLET)])
     backend.gate.set()
     await plane.settled()
