@@ -23,6 +23,7 @@ from flashpoint.codec import (
     is_json,
     unsendable,
 )
+from flashpoint.jobs import ENCODING_KEY
 
 
 @dataclass(frozen=True)
@@ -202,8 +203,8 @@ def test_json_output_is_sent_as_is(value: Any, binary_ok: bool) -> None:
 def test_non_json_output_round_trips_for_binary_callers_marked_out_of_band(value: Any) -> None:
     encoded = encode_output(value, binary_ok=True)
 
-    assert set(encoded) == {"output", codec.ENCODING_KEY}
-    assert encoded[codec.ENCODING_KEY] == "cloudpickle-base64"
+    assert set(encoded) == {"output", ENCODING_KEY}
+    assert encoded[ENCODING_KEY] == "cloudpickle-base64"
     assert isinstance(encoded["output"], str)
     json.dumps(encoded)
     assert codec.is_binary(encoded)
@@ -258,9 +259,7 @@ def test_data_shaped_like_the_old_in_band_envelope_never_runs_code() -> None:
     assert decode_output({PICKLE_KEY: bomb}, binary=False) == {PICKLE_KEY: bomb}
     assert codec.decode_chunk({"output": {PICKLE_KEY: bomb}}) == {PICKLE_KEY: bomb}
     # a chunk's encoding only counts beside a string output: a caller's dict output is never unpickled
-    assert codec.decode_chunk({"output": {PICKLE_KEY: bomb}, codec.ENCODING_KEY: "cloudpickle-base64"}) == {
-        PICKLE_KEY: bomb
-    }
+    assert codec.decode_chunk({"output": {PICKLE_KEY: bomb}, ENCODING_KEY: "cloudpickle-base64"}) == {PICKLE_KEY: bomb}
     assert HITS == []
 
 

@@ -23,12 +23,11 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from flashpoint.jobs import BINARY_ENCODING, ENCODING_KEY
+
 PICKLE_KEY = "__flashpoint_pickle__"
 #: positional arguments that JSON carries, beside the keyword ones: ``{"b": 2, "__flashpoint_args__": [1]}``
 ARGS_KEY = "__flashpoint_args__"
-#: beside a result's (or a stream chunk's) ``output``: how it is encoded, when it is not plain JSON
-ENCODING_KEY = "outputEncoding"
-BINARY_ENCODING = "cloudpickle-base64"
 
 
 def is_json(value: Any) -> bool:

@@ -7,9 +7,8 @@ A line per job that ends, once its end is durable (the plane's listeners)::
 
 at INFO on the ``flashpoint.jobs`` logger (failures at WARNING), so ``--log-level warning`` keeps the failures only.
 
-Worker lines: a Runpod handler worker prints its own log lines (``DEBUG  | ...``, or JSON ``{"level": "DEBUG", ...}``
-when it believes it runs on Runpod); ``line_level`` reads that level so the plane logs each line at its own level, and a
-console at INFO shows no worker DEBUG chatter unless ``--log-level debug`` asks for it.
+Worker lines are logged by the plane at the level the worker printed them (``wire.line_level``), so a console at INFO
+shows no worker DEBUG chatter unless ``--log-level debug`` asks for it.
 
 Every line the console prints is inert (``terminal.InertFormatter``): worker lines, jobs' errors and tracebacks, and
 other processes' lease records quoted in the plane's warnings come from others.
@@ -17,26 +16,13 @@ other processes' lease records quoted in the plane's warnings come from others.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from collections.abc import Callable
 
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.terminal import InertFormatter
 
 log = logging.getLogger("flashpoint.jobs")
-
-#: Runpod's logger prints ``f"{level.ljust(7)}| {message}"``
-_RUNPOD_LINE = re.compile(r"^(DEBUG|INFO|WARN|WARNING|ERROR|TIP)\s*\|\s")
-_LEVELS = {
-    "DEBUG": logging.DEBUG,
-    "INFO": logging.INFO,
-    "TIP": logging.INFO,
-    "WARN": logging.WARNING,
-    "WARNING": logging.WARNING,
-    "ERROR": logging.ERROR,
-}
 
 
 def job_line(view: JobView) -> str:
@@ -73,21 +59,6 @@ def job_level(view: JobView) -> int:
 def log_finished(view: JobView) -> None:
     """A plane listener: the line of a finished job."""
     log.log(job_level(view), "%s", job_line(view))
-
-
-def line_level(line: str) -> int:
-    """The level a worker's output line was printed at by Runpod's logger (text or JSON form); INFO otherwise."""
-    match = _RUNPOD_LINE.match(line)
-    if match:
-        return _LEVELS[match.group(1)]
-    if line.startswith("{") and '"level"' in line:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return logging.INFO
-        if isinstance(record, dict) and isinstance(record.get("level"), str):
-            return _LEVELS.get(record["level"].upper(), logging.INFO)
-    return logging.INFO
 
 
 LEVEL_NAMES = ("debug", "info", "warning", "error")

@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from flashpoint import codec
 from flashpoint.errors import InvalidTransitionError
+
+#: beside a result's (or a stream chunk's) ``output``: how it is encoded, when it is not plain JSON
+ENCODING_KEY = "outputEncoding"
+BINARY_ENCODING = "cloudpickle-base64"
 
 
 class JobStatus(str, Enum):
@@ -161,7 +164,7 @@ class Job:
     worker_id: str | None = None
     placement: Placement | None = None
     output: Any = None
-    #: the output is a base64 pickle (``codec.BINARY_ENCODING``): set only from a worker's result, for a job that
+    #: the output is a base64 pickle (``BINARY_ENCODING``): set only from a worker's result, for a job that
     #: accepted binary output; callers unpickle an output only when this says so
     output_binary: bool = False
     error: JobError | None = None
@@ -174,7 +177,7 @@ class Job:
     #: bytes of the input's JSON (for the plane's queue cap): an accounting hint, not part of the record's value
     size: int = field(default=0, compare=False)
     #: chunks a generator handler posted (job-stream) not yet read through ``/stream`` (a destructive read):
-    #: ``{"output": value}``, with ``codec.ENCODING_KEY`` beside it for a binary chunk
+    #: ``{"output": value}``, with ``ENCODING_KEY`` beside it for a binary chunk
     chunks: list[Any] = field(default_factory=list)
 
     @property
@@ -265,7 +268,7 @@ class JobView:
             "status": self.status.value,
             "reason": self.reason.value if self.reason else None,
             "output": self.output,
-            codec.ENCODING_KEY: codec.BINARY_ENCODING if self.output_binary else None,
+            ENCODING_KEY: BINARY_ENCODING if self.output_binary else None,
             "error": self.error.to_json() if self.error else None,
             "delayTime": self.delay_time_ms,
             "executionTime": self.execution_time_ms,
@@ -285,7 +288,7 @@ class JobView:
             status=JobStatus(data["status"]),
             reason=Reason(data["reason"]) if data.get("reason") else None,
             output=data.get("output"),
-            output_binary=data.get(codec.ENCODING_KEY) == codec.BINARY_ENCODING,
+            output_binary=data.get(ENCODING_KEY) == BINARY_ENCODING,
             error=JobError(error["type"], error["message"], error.get("traceback", "")) if error else None,
             delay_time_ms=data.get("delayTime"),
             execution_time_ms=data.get("executionTime"),
@@ -317,7 +320,7 @@ class JobView:
         if self.output is not None:
             body["output"] = self.output
             if self.output_binary:
-                body[codec.ENCODING_KEY] = codec.BINARY_ENCODING
+                body[ENCODING_KEY] = BINARY_ENCODING
         if self.error is not None:
             body["error"] = self.error.message if not self.error.traceback else _runpod_error(self.error)
         if self.reason is not None:

@@ -1,5 +1,6 @@
 """The Runpod worker protocol as data (runpod-protocol.md §3): its routes, the variables a worker reads, the shape of
-a job handed out and of an error posted back, and the mark that tags a job's output lines.
+a job handed out and of an error posted back, the mark that tags a job's output lines, and the level
+Runpod's logger printed a line at.
 
 One definition serves the three parties: the control plane (which builds a worker's environment and reads its
 results), ``api/workers.py`` (which serves the routes) and ``worker/runtime.py`` (which calls them). Nothing here
@@ -9,6 +10,8 @@ does I/O.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from typing import Any
 
 from flashpoint.jobs import JobError, Reason
@@ -45,6 +48,33 @@ def untag_line(line: str) -> tuple[str | None, str]:
         return None, line
     job_id, _, rest = line[len(LOG_MARK) :].partition("\x1f")
     return job_id or None, rest
+
+
+#: Runpod's logger prints ``f"{level.ljust(7)}| {message}"``
+_RUNPOD_LINE = re.compile(r"^(DEBUG|INFO|WARN|WARNING|ERROR|TIP)\s*\|\s")
+_LEVELS = {
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "TIP": logging.INFO,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+}
+
+
+def line_level(line: str) -> int:
+    """The level a worker's output line was printed at by Runpod's logger (text or JSON form); INFO otherwise."""
+    match = _RUNPOD_LINE.match(line)
+    if match:
+        return _LEVELS[match.group(1)]
+    if line.startswith("{") and '"level"' in line:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return logging.INFO
+        if isinstance(record, dict) and isinstance(record.get("level"), str):
+            return _LEVELS.get(record["level"].upper(), logging.INFO)
+    return logging.INFO
 
 
 def worker_env(

@@ -17,7 +17,7 @@ from typing import Any
 
 from flashpoint import codec, wire
 from flashpoint.clock import Clock
-from flashpoint.jobs import Job, JobError, JobStatus, Reason
+from flashpoint.jobs import BINARY_ENCODING, ENCODING_KEY, Job, JobError, JobStatus, Reason
 from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.records import EndpointState, Taker, Worker, WorkerState
 from flashpoint.scheduler.waiters import settle_after, wake
@@ -204,7 +204,7 @@ class WorkerProtocol(ABC):
                 if not _binary_allowed(job, chunk["output"]):
                     log.warning("job %s: %s; chunk dropped", job.id, _BINARY_REFUSED.message)
                     return
-                chunk[codec.ENCODING_KEY] = codec.BINARY_ENCODING
+                chunk[ENCODING_KEY] = BINARY_ENCODING
             self.book.add_chunk(job, chunk)
 
     async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:

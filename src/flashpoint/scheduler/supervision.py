@@ -26,7 +26,6 @@ from typing import Any
 from flashpoint import volumes, wire
 from flashpoint.backends.base import Backend, Launch, LineCallback
 from flashpoint.clock import Clock
-from flashpoint.console import line_level
 from flashpoint.errors import BackendError, NotReadyError
 from flashpoint.jobs import LOG_CUT, MAX_JOB_LOG_LINES, Job, JobError, JobStatus, Reason
 from flashpoint.scheduler import watchdog
@@ -41,6 +40,7 @@ from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.scheduler.routeserving import RouteServing
 from flashpoint.scheduler.waiters import wake
 from flashpoint.terminal import inert
+from flashpoint.wire import line_level
 
 log = logging.getLogger("flashpoint.plane")
 worker_log = logging.getLogger("flashpoint.worker")
