@@ -1,4 +1,4 @@
-"""Tests for flashpoint.codec: what JSON can carry exactly, and the binary envelope for the rest."""
+"""Tests for flashpoint.wire.codec: what JSON can carry exactly, and the binary envelope for the rest."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from flashpoint import codec
-from flashpoint.codec import (
+from flashpoint.jobs import ENCODING_KEY
+from flashpoint.wire import codec
+from flashpoint.wire.codec import (
     ARGS_KEY,
     PICKLE_KEY,
     decode_call,
@@ -23,7 +24,6 @@ from flashpoint.codec import (
     is_json,
     unsendable,
 )
-from flashpoint.jobs import ENCODING_KEY
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 
 from flashpoint.console import job_level, job_line
 from flashpoint.jobs import JobError, JobStatus, JobView, Placement, Reason
-from flashpoint.wire import line_level
+from flashpoint.wire.protocol import line_level
 
 H200 = Placement("node-a", "NVIDIA H200", (0, 1), True)
 CPU = Placement("node-a", None, (), False, cpu_instance="cpu3c-2-4", cores=(2, 3))

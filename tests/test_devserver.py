@@ -32,7 +32,7 @@ from flashpoint.devserver import EMPTY_INPUT, DevApp, DevServer, DevSession, bin
 from flashpoint.errors import ConfigError
 from flashpoint.jobs import JobStatus, Reason
 from flashpoint.spec import WorkerTarget
-from flashpoint.wire import error_record
+from flashpoint.wire.protocol import error_record
 from tests.apps import route_stub_worker
 from tests.conftest import eventually
 from tests.scheduler.door import BASE_URL, Door, open_door, until

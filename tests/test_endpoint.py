@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from flashpoint import codec
 from flashpoint.endpoint import (
     Endpoint,
     EndpointClass,
@@ -23,6 +22,7 @@ from flashpoint.endpoint import (
 )
 from flashpoint.errors import InvalidEndpointError, UnknownGPUError
 from flashpoint.gpus import ANY_GPU, MODELS, GpuGroup, GpuType, model_of
+from flashpoint.wire import codec
 
 H200 = model_of(GpuType.NVIDIA_H200)
 A100_PCIE = model_of(GpuType.NVIDIA_A100_80GB_PCIe)

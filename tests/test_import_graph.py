@@ -37,7 +37,7 @@ CORE = (
     "flashpoint.config",
     "flashpoint.gpus",
     "flashpoint.jobs",
-    "flashpoint.codec",
+    "flashpoint.wire.codec",
     "flashpoint.spec",
     "flashpoint.explain",
     "flashpoint.context",

@@ -14,7 +14,7 @@ import pytest
 from flashpoint.errors import JobCancelledError, JobFailedError
 from flashpoint.jobhandle import job_failure, remote_kind
 from flashpoint.jobs import JobError, JobStatus, JobView, Reason
-from flashpoint.pickling import dumps_code
+from flashpoint.wire.pickling import dumps_code
 
 
 class NeedsTwoArguments(Exception):

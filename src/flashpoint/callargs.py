@@ -8,8 +8,8 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-from flashpoint import codec
 from flashpoint.errors import BadInputError
+from flashpoint.wire import codec
 
 
 def encode_bound(bound: inspect.BoundArguments) -> Any:

@@ -25,7 +25,6 @@ from urllib.parse import quote
 
 import httpx
 
-from flashpoint import codec
 from flashpoint.errors import (
     BackendError,
     BadInputError,
@@ -47,6 +46,7 @@ from flashpoint.explain import Explanation
 from flashpoint.jobhandle import job_failure
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.spec import EndpointSpec, WorkerTarget
+from flashpoint.wire import codec
 
 #: the wire ``code`` of an error body -> the class raised here (the inverse of the server's class -> status table)
 ERRORS_BY_CODE: dict[str, type[Error]] = {

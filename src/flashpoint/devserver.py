@@ -24,7 +24,6 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flashpoint import codec
 from flashpoint.api.errors import status_of
 from flashpoint.api.loopguard import UNSUPPORTED_MESSAGE, content_type_of, json_typed
 from flashpoint.api.routeproxy import route_pattern
@@ -52,6 +51,7 @@ from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.server import announce, input_checkers
 from flashpoint.spec import WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
+from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.dev")
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from flashpoint import codec
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, UnsatisfiableError
 from flashpoint.explain import Explanation
@@ -34,6 +33,7 @@ from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 from flashpoint.terminal import InertFormatter
+from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint")
 T = TypeVar("T")

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from flashpoint import codec, progress
+from flashpoint import progress
 from flashpoint.callargs import encode_bound, naming_refused
 from flashpoint.connection import Connection, ServerConnection
 from flashpoint.default_connection import connect
@@ -40,6 +40,7 @@ from flashpoint.spec import (
     worker_target_for,
     worker_target_for_all,
 )
+from flashpoint.wire import codec
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from flashpoint import codec
 from flashpoint.connection import Connection
 from flashpoint.errors import JobCancelledError, JobFailedError, JobTimeoutError
 from flashpoint.jobs import JobStatus, JobView, Reason
+from flashpoint.wire import codec
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation

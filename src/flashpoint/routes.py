@@ -291,7 +291,7 @@ def route_target(endpoint: RouteMethods) -> WorkerTarget:
     path = _import_path(endpoint)
     if path is not None:
         return WorkerTarget(import_path=path)
-    from flashpoint.pickling import dumps_code
+    from flashpoint.wire.pickling import dumps_code
 
     table = [(route.method, route.path, fn) for route, fn in entries]
     return WorkerTarget(pickled=dumps_code({ROUTES_KEY: table}))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flashpoint import codec, console
+from flashpoint import console
 from flashpoint.config import Settings
 from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import BadInputError, ConfigError
@@ -24,6 +24,7 @@ from flashpoint.hosting import http_url, listening_socket, loopback, open_backen
 from flashpoint.private import private_dir
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.wire import codec
 
 log = logging.getLogger(__name__)
 

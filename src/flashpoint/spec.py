@@ -440,7 +440,7 @@ def worker_target_for_all(objs: Sequence[Any]) -> WorkerTarget:
     :func:`worker_target_for`; several as a pickled table of import paths (importable ones) and pickled code."""
     if len(objs) == 1:
         return worker_target_for(objs[0])
-    from flashpoint.pickling import dumps_code
+    from flashpoint.wire.pickling import dumps_code
 
     table: dict[str, Any] = {}
     for obj in objs:
@@ -455,6 +455,6 @@ def worker_target_for(obj: Any) -> WorkerTarget:
     qualname = getattr(obj, "__qualname__", "")
     if module and module != "__main__" and "<locals>" not in qualname:
         return WorkerTarget(import_path=f"{module}:{qualname}")
-    from flashpoint.pickling import dumps_code
+    from flashpoint.wire.pickling import dumps_code
 
     return WorkerTarget(pickled=dumps_code(obj))

@@ -9,10 +9,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from flashpoint import GpuGroup, GpuType, wire
+from flashpoint import GpuGroup, GpuType
 from flashpoint.api.metrics import PlaneMetrics, metrics_route
 from flashpoint.api.native import create_native_app
 from flashpoint.jobs import JobStatus
+from flashpoint.wire import protocol
 from tests.scheduler.door import BASE_URL, Door, open_door
 
 pytestmark = pytest.mark.timeout(30)
@@ -57,7 +58,7 @@ async def test_finished_jobs_are_counted_and_timed_per_endpoint() -> None:
     door.clock.advance(2)  # and ran 2 s
     await door.finish(worker, jobs[0].id, 1)
     await door.finish(worker, jobs[1].id, 2)
-    failed = wire.error_record("ValueError", "negative")
+    failed = protocol.error_record("ValueError", "negative")
     door.plane.done("echo", worker.id, jobs[2].id, failed)
     await door.settle()
     assert [job.status for job in jobs] == [JobStatus.COMPLETED, JobStatus.COMPLETED, JobStatus.FAILED]

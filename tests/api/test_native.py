@@ -14,10 +14,11 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from flashpoint import GpuGroup, GpuType, wire
+from flashpoint import GpuGroup, GpuType
 from flashpoint.api import schemas
 from flashpoint.api.native import create_native_app, router
 from flashpoint.jobs import JobStatus
+from flashpoint.wire import protocol
 from tests.scheduler.door import BASE_URL, Door, open_door
 
 pytestmark = pytest.mark.timeout(30)
@@ -251,7 +252,7 @@ async def test_job_detail_logs_and_explanation() -> None:
     worker = door.worker("chatty")
     door.clock.advance(2)
     await door.pull(worker)
-    door.backend.line(worker.id, "stdout", f"{wire.tag_line(job.id)}said hello")  # printed while the job ran
+    door.backend.line(worker.id, "stdout", f"{protocol.tag_line(job.id)}said hello")  # printed while the job ran
     door.backend.line(worker.id, "stdout", "between jobs")  # untagged: the worker's own line, in no job's log
     door.clock.advance(3)
     await door.finish(worker, job.id, {"word": "hello"})

@@ -12,9 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from flashpoint import Endpoint, GpuType, codec
+from flashpoint import Endpoint, GpuType
 from flashpoint.api.native import create_native_app
 from flashpoint.jobs import JobStatus, Reason
+from flashpoint.wire import codec
 from tests.api.test_worker_routes import done_route, proto_worker, route
 from tests.scheduler.door import BASE_URL, open_door
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from flashpoint import Endpoint
-from flashpoint.codec import PICKLE_KEY
+from flashpoint.wire.codec import PICKLE_KEY
 from tests.conftest import eventually_async
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

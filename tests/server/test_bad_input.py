@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from flashpoint.codec import PICKLE_KEY
+from flashpoint.wire.codec import PICKLE_KEY
 from tests.conftest import Served
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from flashpoint import codec
+from flashpoint.wire import codec
 from flashpoint.worker.handler import MAX_INSTANCES, Handler, Instances, max_instances
 
 

@@ -23,8 +23,8 @@ from flashpoint.api.routeproxy import RouteProxy
 from flashpoint.api.runpod import Intake, client_routes
 from flashpoint.api.webhooks import Webhooks
 from flashpoint.api.workers import json_response, worker_routes
-from flashpoint.bodylimit import BodyLimit
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.wire.bodylimit import BodyLimit
 
 log = logging.getLogger("flashpoint.api")
 

@@ -32,7 +32,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from flashpoint import codec
 from flashpoint.api.errors import body as error_body, status_of
 from flashpoint.api.loopguard import UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE, json_typed
 from flashpoint.api.runpod import FUNCTION_NAME, Intake, parse_body, query_ms, served_targets, submit_checked
@@ -40,6 +39,7 @@ from flashpoint.api.workers import json_response, key_matches
 from flashpoint.errors import BadInputError, Error
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.api")
 

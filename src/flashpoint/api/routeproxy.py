@@ -10,7 +10,7 @@ with none ready, the request is held, which is demand: a worker starts, up to th
 with the endpoint's explanation; an endpoint that can never run on this fleet answers 503 at once), the exchange with
 the worker (method, path below the endpoint's name, query, body and headers, less hop-by-hop ones, the server's
 ``Authorization`` and every client-sent ``X-Forwarded-*``, ``Forwarded`` and route-secret header, plus the proxy's own
-``X-Forwarded-*`` and the worker's route secret, ``wire.ROUTE_SECRET_HEADER``: flashpoint's route worker answers
+``X-Forwarded-*`` and the worker's route secret, ``protocol.ROUTE_SECRET_HEADER``: flashpoint's route worker answers
 nothing without it), and the answer streamed back as it arrives (every chunk is sent on when
 read: a chunked or SSE answer is never buffered). A worker that fails before its answer began is 502 ``worker_lost``
 (504 ``worker_timeout`` past the read deadline); after, the client's connection is closed mid-answer, since a status
@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
-from flashpoint import codec, wire
 from flashpoint.api.upstream import BadAnswer, Exchange, Upstream, WorkerLost, WorkerTimeout
 from flashpoint.api.workers import key_matches
 from flashpoint.explain import Explanation
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.spec import ROUTE_METHODS, RouteSpec
+from flashpoint.wire import codec, protocol
 
 if TYPE_CHECKING:
     from flashpoint.api.metrics import RouteMetrics
@@ -58,7 +58,7 @@ HOP_BY_HOP = frozenset(
      b"trailer", b"transfer-encoding", b"upgrade"}
 )  # fmt: skip
 #: the request header holding a worker's route secret
-_SECRET = wire.ROUTE_SECRET_HEADER.encode()
+_SECRET = protocol.ROUTE_SECRET_HEADER.encode()
 #: request headers not forwarded: hop-by-hop ones, the server's key, and what the proxy sets itself (the worker's host,
 #: the body's length, ``forwarded`` and the route secret; ``expect``: the body was read already); every
 #: ``x-forwarded-*`` header a client sent is dropped too (``_FORWARDED``), so the worker sees only the proxy's own

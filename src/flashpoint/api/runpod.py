@@ -15,7 +15,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from flashpoint import codec
 from flashpoint.api.errors import body as error_body, status_of
 from flashpoint.api.loopguard import UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE, json_typed
 from flashpoint.api.webhooks import check_webhook_url
@@ -24,6 +23,7 @@ from flashpoint.errors import BadInputError, Error, NotFoundError
 from flashpoint.jobs import Job, JobStatus
 from flashpoint.scheduler.credentials import bearer, caller_of
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.wire import codec
 
 #: keys of a job request, besides ``input``, that are handed to the worker as they are
 PASSTHROUGH = ("webhook", "s3Config", "policy", "webhookV2")

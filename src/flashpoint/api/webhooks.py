@@ -21,10 +21,10 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-from flashpoint import codec
 from flashpoint.errors import BadInputError
 from flashpoint.jobs import JobView
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.webhooks")
 

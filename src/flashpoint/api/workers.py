@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from flashpoint import codec, wire
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.wire import codec, protocol
 
 _EMPTY = Response(status_code=204)
 
@@ -163,11 +163,11 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         return json_response({})
 
     return [
-        Route(wire.TAKE, take, methods=["GET"]),
-        Route(wire.TAKE_BATCH, take_batch, methods=["GET"]),
-        Route(wire.STOP, stop, methods=["GET"]),
-        Route(wire.DONE, done, methods=["POST"]),
-        Route(wire.DONE_BATCH, done_batch, methods=["POST"]),
-        Route(wire.CHUNK, chunk, methods=["POST"]),
-        Route(wire.PING, ping, methods=["GET"]),
+        Route(protocol.TAKE, take, methods=["GET"]),
+        Route(protocol.TAKE_BATCH, take_batch, methods=["GET"]),
+        Route(protocol.STOP, stop, methods=["GET"]),
+        Route(protocol.DONE, done, methods=["POST"]),
+        Route(protocol.DONE_BATCH, done_batch, methods=["POST"]),
+        Route(protocol.CHUNK, chunk, methods=["POST"]),
+        Route(protocol.PING, ping, methods=["GET"]),
     ]

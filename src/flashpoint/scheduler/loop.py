@@ -22,7 +22,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from flashpoint import codec
 from flashpoint.backends.base import Backend
 from flashpoint.clock import SYSTEM_CLOCK, Clock
 from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotFoundError
@@ -44,6 +43,7 @@ from flashpoint.scheduler.routeserving import not_a_queue_endpoint, oldest_held,
 from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
 from flashpoint.spec import EndpointSpec, WorkerTarget, options_of
 from flashpoint.store.base import JobStore
+from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.plane")
 worker_log = logging.getLogger("flashpoint.worker")

@@ -15,12 +15,12 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Any
 
-from flashpoint import codec, wire
 from flashpoint.clock import Clock
 from flashpoint.jobs import BINARY_ENCODING, ENCODING_KEY, Job, JobError, JobStatus, Reason
 from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.records import EndpointState, Taker, Worker, WorkerState
 from flashpoint.scheduler.waiters import settle_after, wake
+from flashpoint.wire import codec, protocol
 
 log = logging.getLogger("flashpoint.plane")
 
@@ -94,7 +94,7 @@ class WorkerProtocol(ABC):
                 timer.cancel()
                 if entry in ep.takers:
                     ep.takers.remove(entry)
-        return [wire.job_payload(job.id, job.input, job.extra) for job in jobs]
+        return [protocol.job_payload(job.id, job.input, job.extra) for job in jobs]
 
     def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
         jobs = self.book.pop(ep, count)
@@ -153,7 +153,7 @@ class WorkerProtocol(ABC):
             f"the job's result was larger than the {limit} bytes a worker may post; return less (put large "
             "results in storage and return a reference), or raise flashpoint serve --max-result-mb"
         )
-        body = wire.error_record("OutputTooLarge", message, reason=Reason.OUTPUT_TOO_LARGE)
+        body = protocol.error_record("OutputTooLarge", message, reason=Reason.OUTPUT_TOO_LARGE)
         self.done(endpoint, worker_id, job_id, body)
 
     async def done_batch(
@@ -171,7 +171,7 @@ class WorkerProtocol(ABC):
     def _complete(self, job: Job, body: dict[str, Any]) -> None:
         error = body.get("error")
         if error:
-            parsed, reason = wire.parse_error(error)
+            parsed, reason = protocol.parse_error(error)
             job.output = body.get("output")
             job.error = parsed
             self._finish(job, JobStatus.FAILED, reason)

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from enum import Enum
 
-from flashpoint.wire import ROUTE_SECRET_HEADER
+from flashpoint.wire.protocol import ROUTE_SECRET_HEADER
 
 #: asks a worker's ``GET /ping`` at ``address`` (``host:port``) within ``timeout_s``, presenting ``secret`` (the
 #: worker's route secret): its status, or None when nothing answered (connection refused, reset or timed out; not HTTP)

@@ -23,7 +23,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from flashpoint import volumes, wire
+from flashpoint import volumes
 from flashpoint.backends.base import Backend, Launch, LineCallback
 from flashpoint.clock import Clock
 from flashpoint.errors import BackendError, NotReadyError
@@ -40,7 +40,8 @@ from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.scheduler.routeserving import RouteServing
 from flashpoint.scheduler.waiters import wake
 from flashpoint.terminal import inert
-from flashpoint.wire import line_level
+from flashpoint.wire import protocol
+from flashpoint.wire.protocol import line_level
 
 log = logging.getLogger("flashpoint.plane")
 worker_log = logging.getLogger("flashpoint.worker")
@@ -195,7 +196,7 @@ class Supervisor:
         )
         key = self._credential(name, worker.id)
         env.update(
-            wire.worker_env(
+            protocol.worker_env(
                 self.base_url,
                 name,
                 worker.id,
@@ -210,9 +211,9 @@ class Supervisor:
         env["FLASHPOINT_CALLER_KEY"] = caller_credential(key, name, worker.id)
         # a route worker answers only requests carrying its route secret, which the server's proxy sends (an inherited
         # or declared value never reaches a worker: a queue worker has none)
-        env.pop(wire.ROUTE_SECRET_ENV, None)
+        env.pop(protocol.ROUTE_SECRET_ENV, None)
         if ep.spec.serves_routes:
-            env[wire.ROUTE_SECRET_ENV] = route_credential(key, name, worker.id)
+            env[protocol.ROUTE_SECRET_ENV] = route_credential(key, name, worker.id)
         if self.parent_pid is not None:
             env["FLASHPOINT_PARENT_PID"] = str(self.parent_pid)
         return env
@@ -349,7 +350,7 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
 
     def _on_line(self, worker_id: str, channel: str, line: str) -> None:
         worker = self.workers.get(worker_id)
-        job_id, line = wire.untag_line(line)
+        job_id, line = protocol.untag_line(line)
         if worker is not None and channel == "stderr":
             worker.stderr_tail.append(line)
         if job_id:

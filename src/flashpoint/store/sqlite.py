@@ -86,7 +86,7 @@ def _json(job: Job, value: Any) -> str:
     except (TypeError, ValueError) as exc:
         raise StoreError(
             f"job {job.id!r} cannot be stored: {exc}; a job's input, output, extra, logs and chunks must be JSON "
-            "(flashpoint.codec wraps other values in its binary envelope)"
+            "(flashpoint.wire.codec wraps other values in its binary envelope)"
         ) from None
 
 

@@ -25,8 +25,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from pathlib import Path
 from typing import Any
 
-from flashpoint import codec, flashalias, wire
+from flashpoint import flashalias
 from flashpoint.jobs import Reason
+from flashpoint.wire import codec, protocol
 
 
 def load_target(import_path: str | None = None, pickle_file: str | None = None) -> Any:
@@ -320,7 +321,7 @@ def error_body(exc: BaseException, reason: Reason = Reason.USER_ERROR) -> dict[s
         if type(exc).__module__ == "builtins"
         else f"{type(exc).__module__}.{type(exc).__qualname__}"
     )
-    return wire.error_record(
+    return protocol.error_record(
         f"<class '{kind}'>",
         str(exc),
         "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),

@@ -51,10 +51,10 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from flashpoint import bodylimit
-from flashpoint.bodylimit import BodyLimit
 from flashpoint.routes import Route, path_params
-from flashpoint.wire import ROUTE_SECRET_ENV, ROUTE_SECRET_HEADER
+from flashpoint.wire import bodylimit
+from flashpoint.wire.bodylimit import BodyLimit
+from flashpoint.wire.protocol import ROUTE_SECRET_ENV, ROUTE_SECRET_HEADER
 
 __all__ = ["BODY_METHODS", "MAX_BODY_BYTES", "create_app"]
 

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from flashpoint import codec, wire
 from flashpoint.context import current_job_id, reset_current_job, set_current_job
 from flashpoint.jobs import Reason
+from flashpoint.wire import codec, protocol
 from flashpoint.worker import isolation
 from flashpoint.worker.handler import Emit, Handler, HandlerError, error_body, load_target, max_instances
 from flashpoint.worker.launch import die_with_parent
@@ -48,7 +48,7 @@ class TaggedStream:
         *lines, rest = buffered.split("\n")
         if rest:
             self._partial[job] = rest
-        prefix = wire.tag_line(job) if job else ""
+        prefix = protocol.tag_line(job) if job else ""
         for line in lines:
             self._inner.write(f"{prefix}{line}\n")
         if lines:
