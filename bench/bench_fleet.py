@@ -49,10 +49,10 @@ from tests.scheduler.reference_placement import reference_place
 
 from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
-from flashpoint.fleetspec import bench_fleet
+from flashpoint.fleet.simulated import bench_fleet
 from flashpoint.gpus import Candidate, GpuGroup, GpuType, candidates
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder
+from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.placement import Fit, NoFit, Yielders, place
 from flashpoint.spec import EndpointSpec, WorkerTarget, build_spec

@@ -9,7 +9,7 @@ import asyncio
 import os
 
 from flashpoint import Endpoint, GpuGroup
-from flashpoint.fleet import nvml_devices
+from flashpoint.fleet.discovery import nvml_devices
 
 if not nvml_devices():
     os.environ.setdefault("FLASHPOINT_SIMULATED_GPUS", "NVIDIA L40S:1")

@@ -9,7 +9,7 @@ import asyncio
 import os
 
 from flashpoint import Endpoint, GpuGroup, GpuType
-from flashpoint.fleet import nvml_devices
+from flashpoint.fleet.discovery import nvml_devices
 
 if not nvml_devices():
     os.environ.setdefault("FLASHPOINT_SIMULATED_GPUS", "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2")

@@ -1,4 +1,4 @@
-"""Tests for flashpoint.fleet: simulated device specs and NVML discovery."""
+"""Tests for flashpoint.fleet.discovery: simulated device specs and NVML discovery."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from flashpoint.errors import ConfigError
-from flashpoint.fleet import discover, nvml_devices, parse_simulated
+from flashpoint.fleet.discovery import discover, nvml_devices, parse_simulated
+from flashpoint.fleet.inventory import Device
 from flashpoint.gpus import GpuType, model_of
-from flashpoint.scheduler.inventory import Device
 
 
 def test_parse_simulated_designs_example() -> None:

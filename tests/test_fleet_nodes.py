@@ -1,4 +1,4 @@
-"""This machine as a node (flashpoint.fleet): logical CPUs and memory (what it has, or FLASHPOINT_CPUS and
+"""This machine as a node (flashpoint.fleet.discovery): logical CPUs and memory (what it has, or FLASHPOINT_CPUS and
 FLASHPOINT_MEMORY_GB), FLASHPOINT_DATACENTER, the driver's CUDA version; the settings' checks; the fleets discovered."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from flashpoint.config import DEFAULT_SIMULATED_CUDA, Settings
 from flashpoint.errors import ConfigError
-from flashpoint.fleet import (
+from flashpoint.fleet.discovery import (
     cuda_text,
     discover_fleet,
     host_node,

@@ -1,4 +1,4 @@
-"""Simulated fleets of many nodes (flashpoint.fleetspec): the one-line syntax, fleet files, the benchmark's fleet."""
+"""Simulated fleets of many nodes (fleet.simulated): the one-line syntax, fleet files, the benchmark's fleet."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
-from flashpoint.fleet import discover
-from flashpoint.fleetspec import (
+from flashpoint.fleet.discovery import discover
+from flashpoint.fleet.inventory import Node
+from flashpoint.fleet.simulated import (
     NO_HOST,
     SimulatedFleet,
     bench_fleet,
@@ -25,7 +26,6 @@ from flashpoint.fleetspec import (
     read_fleet,
 )
 from flashpoint.gpus import MODELS, GpuType, model_of
-from flashpoint.scheduler.inventory import Node
 
 
 def shape(fleet: SimulatedFleet) -> list[tuple[str, int, str]]:

@@ -41,7 +41,7 @@ CORE = (
     "flashpoint.spec",
     "flashpoint.explain",
     "flashpoint.context",
-    "flashpoint.fleet",
+    "flashpoint.fleet.discovery",
     "flashpoint.store",
     "flashpoint.scheduler",
     "flashpoint.worker",

@@ -17,10 +17,10 @@ from flashpoint.cli import app
 from flashpoint.cli.gpus import device_table
 from flashpoint.cli.output import device_row
 from flashpoint.errors import ConfigError
-from flashpoint.fleet import parse_simulated
+from flashpoint.fleet.discovery import parse_simulated
+from flashpoint.fleet.inventory import Node, fleet_summary
 from flashpoint.gpus import MODELS, GpuType, candidates, gpu_model_label, identify_label, model_of
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Node, fleet_summary
 from flashpoint.scheduler.placement import NoFit, place
 
 

@@ -17,7 +17,7 @@ import pytest
 from flashpoint.backends import rayhealth
 from flashpoint.backends.ray import RayBackend
 from flashpoint.backends.rayhealth import Away, AwayNodes, death_cause, node_died, raylet_answers, token_advice
-from flashpoint.scheduler.inventory import Fleet
+from flashpoint.fleet.inventory import Fleet
 
 #: texts Ray 2.60 raised, as seen on a local cluster whose raylet was killed
 DIED = (

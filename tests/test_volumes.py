@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from flashpoint import Endpoint, GpuGroup, NetworkVolume, volumes
+from flashpoint import Endpoint, GpuGroup, NetworkVolume
 from flashpoint.errors import InvalidEndpointError
-from flashpoint.volumes import volume_dir, volumes_root, worker_env
+from flashpoint.fleet import volumes
+from flashpoint.fleet.volumes import volume_dir, volumes_root, worker_env
 from flashpoint.worker import isolation
 
 

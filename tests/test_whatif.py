@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from flashpoint import GpuGroup, GpuType
-from flashpoint.fleetspec import bench_fleet, parse_fleet
-from flashpoint.scheduler.inventory import Node
+from flashpoint.fleet.inventory import Node
+from flashpoint.fleet.simulated import bench_fleet, parse_fleet
 from flashpoint.spec import EndpointSpec, build_spec
 from flashpoint.whatif import Row, Verdict, what_if
 

@@ -30,7 +30,7 @@ class Settings:
     """Everything configurable, with its default. Build with ``Settings.load(env)``; tests pass a dict."""
 
     #: FLASHPOINT_SIMULATED_GPUS: simulated devices instead of NVML discovery: "MODEL:COUNT,..." (this node),
-    #: "NODE=MODEL:COUNT,...;..." (several nodes) or "@fleet.toml" (a fleet file); see flashpoint.fleetspec
+    #: "NODE=MODEL:COUNT,...;..." (several nodes) or "@fleet.toml" (a fleet file); see flashpoint.fleet.simulated
     simulated_gpus: str | None = None
     #: FLASHPOINT_URL: a flashpoint server to send calls to, instead of an embedded control plane
     url: str | None = None

@@ -14,7 +14,7 @@ from flashpoint.backends.base import Backend
 from flashpoint.backends.local import LocalBackend, python_env
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
-from flashpoint.fleet import discover_fleet
+from flashpoint.fleet.discovery import discover_fleet
 
 
 def open_backend(settings: Settings, simulated: str | None) -> tuple[Backend, dict[str, str], int | None]:

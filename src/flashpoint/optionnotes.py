@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flashpoint import volumes
+from flashpoint.fleet import volumes
 from flashpoint.spec import EndpointSpec, volume_key
 
 __all__ = ["host_option_notes", "option_notes"]

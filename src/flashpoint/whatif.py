@@ -30,10 +30,10 @@ from enum import Enum
 from typing import Any, Literal
 
 from flashpoint.explain import WaitReason
+from flashpoint.fleet.inventory import Device, Holder, Node
 from flashpoint.gpus import describe
 from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder, Node
 from flashpoint.scheduler.nodes import CpuSlot
 from flashpoint.scheduler.placement import CpuFit, Fit, NoFit, endpoint_notes, never_candidates, place_endpoint
 from flashpoint.spec import EndpointSpec

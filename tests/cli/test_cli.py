@@ -21,7 +21,7 @@ from flashpoint.cli.gpus import device_table, summary_table
 from flashpoint.cli.output import device_row, model_summary
 from flashpoint.config import Settings
 from flashpoint.embedded import EmbeddedServer
-from flashpoint.scheduler.inventory import Device
+from flashpoint.fleet.inventory import Device
 
 FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"
 

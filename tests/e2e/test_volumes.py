@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flashpoint import Endpoint, GpuGroup, NetworkVolume, volumes
+from flashpoint import Endpoint, GpuGroup, NetworkVolume
+from flashpoint.fleet import volumes
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 

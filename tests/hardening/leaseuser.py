@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity
 from flashpoint.scheduler.wants import WANTS_DIR, WantMarks
 

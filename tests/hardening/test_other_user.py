@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import pytest
 
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.scheduler.leases import identity, prepare
 from tests.conftest import ROOT, start_serve_process, stop_process, until
 

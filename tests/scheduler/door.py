@@ -22,9 +22,9 @@ from flashpoint import Endpoint
 from flashpoint.api.workers import worker_routes
 from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.inventory import Node
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.jobs import Job
-from flashpoint.scheduler.inventory import Node
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.records import Worker, WorkerState
 from flashpoint.spec import EndpointSpec, RouteSpec, WorkerTarget

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from flashpoint.explain import Code, WaitReason
+from flashpoint.fleet.inventory import Device, Holder, Node
 from flashpoint.gpus import AnyGPU, Candidate, describe
-from flashpoint.scheduler.inventory import Device, Holder, Node
 from flashpoint.scheduler.nodes import CpuRequest, CpuSlot
 from flashpoint.scheduler.placement import CpuFit, Fit, NoFit
 

@@ -19,12 +19,12 @@ from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
 from flashpoint.errors import NotReadyError
 from flashpoint.explain import Code
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.inventory import Fleet, Node
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.jobs import JobStatus
 from flashpoint.scheduler import departed
 from flashpoint.scheduler.departed import LEFT, MAX_DEPARTED, Departed, departures, judge, why_lost, with_away
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Fleet, Node
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.placement import NoFit, place
 from flashpoint.scheduler.supervision import MAX_START_ATTEMPTS

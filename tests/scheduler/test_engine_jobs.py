@@ -13,7 +13,7 @@ from flashpoint import GpuType
 from flashpoint.backends.base import ExitCallback, Launch, LineCallback, Started
 from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.jobs import JobStatus, JobView, Reason
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.records import WorkerState

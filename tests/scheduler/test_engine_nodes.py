@@ -12,7 +12,7 @@ import pytest
 
 from flashpoint import GpuType
 from flashpoint.api.native import create_native_app
-from flashpoint.scheduler.inventory import Node
+from flashpoint.fleet.inventory import Node
 from flashpoint.scheduler.records import WorkerState
 from tests.scheduler.door import open_door
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.gpus import MODELS, Candidate, GpuGroup, GPUModel, GpuType, candidates, model_of
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder
 from flashpoint.scheduler.placement import Fit, NoFit, Yielders, place
 from tests.scheduler.reference_placement import reference_place
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flashpoint.explain import KERNEL_FACTS, OtherProcess
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.scheduler import kernel
 from flashpoint.scheduler.kernel import LockLine, ProcessFacts, flock_holders, parse_locks
 from flashpoint.scheduler.leaserecords import name_holder

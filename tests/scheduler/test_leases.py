@@ -18,11 +18,11 @@ import pytest
 
 import flashpoint
 from flashpoint.explain import Code, OtherProcess, WaitReason
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.inventory import Device, Holder
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.gpus import GPUModel, GpuType, model_of
 from flashpoint.scheduler import kernel
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder
 from flashpoint.scheduler.leaserecords import redact
 from flashpoint.scheduler.leases import (
     DEFAULT_LEASE_DIR,
@@ -473,7 +473,7 @@ def test_two_users_share_the_default_directory_and_exclude_each_other(world_dir:
     # When another user (nobody) takes the same lease through root's file (opened without O_CREAT)
     code = (
         "import sys; from pathlib import Path; from flashpoint.scheduler.leases import DeviceLeases, Owner; "
-        "from flashpoint.scheduler.inventory import Device; from flashpoint.gpus import GpuType, model_of; "
+        "from flashpoint.fleet.inventory import Device; from flashpoint.gpus import GpuType, model_of; "
         "d = Device('node-a', 0, 'NVIDIA H200', model_of(GpuType.NVIDIA_H200), 0, True, 'SIM-node-a-0'); "
         f"l = DeviceLeases(Owner.this_process('script', ''), Path({str(world_dir)!r})); "
         f"print(l.acquire({name!r}, d, 'theirs', 'theirs-w1'), repr(l.off), flush=True); sys.stdin.read()"

@@ -14,7 +14,7 @@ import pytest
 
 from flashpoint import GpuType
 from flashpoint.explain import Code
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.jobs import JobStatus
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, prepare
 from flashpoint.scheduler.records import Worker

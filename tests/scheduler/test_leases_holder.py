@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from flashpoint.fleetspec import parse_fleet
+from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from flashpoint.explain import Code
 from flashpoint.flashtypes import CpuInstanceType, cpu_size
+from flashpoint.fleet.inventory import Device, Fleet, Holder, Node
 from flashpoint.gpus import GpuType, model_of
 from flashpoint.scheduler.filters import NodeFilter, eligible, parse_cuda
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Fleet, Holder, Node
 from flashpoint.scheduler.nodes import CpuRequest, CpuSlot, NodeLedger
 from flashpoint.scheduler.placement import CpuFit, NoFit, Yielders, place_cpu
 from tests.scheduler.reference_placement import reference_place_cpu

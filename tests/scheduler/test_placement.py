@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from flashpoint.explain import Code, WaitReason
+from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.gpus import ANY_GPU, MODELS, Candidate, GpuGroup, GPUModel, GpuType, candidates, model_of
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder
 from flashpoint.scheduler.placement import Fit, NoFit, Yielders, feasible, place
 
 H200 = model_of(GpuType.NVIDIA_H200)

@@ -7,8 +7,8 @@ import pytest
 
 from flashpoint import Endpoint, GpuType
 from flashpoint.explain import OtherProcess
+from flashpoint.fleet.inventory import Holder, Node
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Holder, Node
 from flashpoint.scheduler.nodes import CpuSlot
 from flashpoint.scheduler.placement import CpuFit
 from flashpoint.scheduler.planner import desired, idle_stops, plan, yieldable

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from flashpoint.scheduler.inventory import Device, Fleet, Node
+from flashpoint.fleet.inventory import Device, Fleet, Node
 
 #: called with (worker_id, channel "stdout" or "stderr", line without newline)
 LineCallback = Callable[[str, str, str], None]

@@ -9,7 +9,7 @@ import os
 from flashpoint.backends import process
 from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback, Started, address, http_env
 from flashpoint.errors import BackendError
-from flashpoint.scheduler.inventory import Device, Node
+from flashpoint.fleet.inventory import Device, Node
 
 #: where local route workers serve: only this machine reaches them (the server's proxy is their one client)
 LOOPBACK = "127.0.0.1"

@@ -43,7 +43,7 @@ from flashpoint.backends.raynodes import (
 )
 from flashpoint.backends.rayship import EnvironmentSetupError
 from flashpoint.errors import BackendError, ConfigError, NotReadyError
-from flashpoint.scheduler.inventory import Device, Fleet, Node
+from flashpoint.fleet.inventory import Device, Fleet, Node
 
 __all__ = [
     "CUDA_LABEL",

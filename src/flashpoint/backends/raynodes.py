@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flashpoint.errors import ConfigError
+from flashpoint.fleet.inventory import DATACENTER_LABEL, Device, Node
 from flashpoint.gpus import gpu_model_label, identify, identify_label
-from flashpoint.scheduler.inventory import DATACENTER_LABEL, Device, Node
 
 __all__ = [
     "CUDA_LABEL",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from flashpoint.backends.base import ExitCallback, FleetCallback, Launch, LineCallback, Started
 from flashpoint.errors import BackendError
-from flashpoint.scheduler.inventory import Device, Fleet, Node
+from flashpoint.fleet.inventory import Device, Fleet, Node
 
 
 @dataclass(slots=True)

@@ -35,12 +35,12 @@ from flashpoint.config import Settings
 from flashpoint.discovery import load_endpoints, split_target
 from flashpoint.errors import ConfigError, Error, NotFoundError
 from flashpoint.explain import Code, Explanation, OtherProcess, WaitReason
-from flashpoint.fleet import discover_fleet, host_node
-from flashpoint.fleetspec import SimulatedFleet, is_file_reference, load_fleet, read_fleet
+from flashpoint.fleet.discovery import discover_fleet, host_node
+from flashpoint.fleet.inventory import Fleet, fleet_summary, nodes_summary
+from flashpoint.fleet.simulated import SimulatedFleet, is_file_reference, load_fleet, read_fleet
 from flashpoint.gpus import describe as describe_gpu
 from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.placement import CpuFit, NoFit, endpoint_notes, never_candidates, place_endpoint
 from flashpoint.scheduler.views import never_summary
 from flashpoint.spec import EndpointSpec

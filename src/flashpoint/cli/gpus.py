@@ -30,9 +30,9 @@ from flashpoint.cli.output import (
 )
 from flashpoint.cli.target import KeyOption, UrlOption, ask, planes
 from flashpoint.config import Settings
-from flashpoint.fleet import discover_fleet
+from flashpoint.fleet.discovery import discover_fleet
+from flashpoint.fleet.inventory import Fleet, Node
 from flashpoint.gpus import MODELS, GpuGroup, pool_models
-from flashpoint.scheduler.inventory import Fleet, Node
 from flashpoint.scheduler.leases import lease_dir
 from flashpoint.terminal import inert_data
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flashpoint.explain import OtherProcess
-from flashpoint.scheduler.inventory import Device
+from flashpoint.fleet.inventory import Device
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, lease_dir
 
 __all__ = ["held_devices", "holders_note", "mark_rows"]

@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.text import Text
 
 from flashpoint.errors import Error
-from flashpoint.scheduler.inventory import Device
+from flashpoint.fleet.inventory import Device
 from flashpoint.terminal import inert
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from flashpoint.explain import Code, WaitReason
+from flashpoint.fleet.inventory import Device, Fleet, Node
 from flashpoint.gpus import describe
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Fleet, Node
 from flashpoint.scheduler.placement import NoFit, cpu_requests, feasible_endpoint, never_candidates
 from flashpoint.spec import EndpointSpec
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from flashpoint.explain import Code, WaitReason
 from flashpoint.flashtypes import cuda_tuple
-from flashpoint.scheduler.inventory import Node
+from flashpoint.fleet.inventory import Node
 
 __all__ = ["Eligible", "NodeFilter", "eligible", "parse_cuda"]
 

@@ -37,8 +37,8 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from flashpoint.explain import OtherProcess
+from flashpoint.fleet.inventory import Device, Fleet, Holder, Node
 from flashpoint.gpus import AnyGPU, Candidate, GPUModel
-from flashpoint.scheduler.inventory import Device, Fleet, Holder, Node
 from flashpoint.scheduler.nodes import NodeLedger
 
 __all__ = ["FleetIndex"]

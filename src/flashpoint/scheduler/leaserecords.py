@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from flashpoint.explain import KERNEL_FACTS, OtherProcess
+from flashpoint.fleet.inventory import Device
 from flashpoint.scheduler import kernel
-from flashpoint.scheduler.inventory import Device
 
 __all__ = [
     "HIDDEN",

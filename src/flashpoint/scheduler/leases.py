@@ -36,8 +36,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from flashpoint.explain import KERNEL_FACTS, LEASE_DIRECTORY, LOCK_FILE, OtherProcess
+from flashpoint.fleet.inventory import Device
 from flashpoint.scheduler import kernel
-from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.kernel import process_alive, process_started
 from flashpoint.scheduler.leaserecords import (
     Owner,

@@ -22,9 +22,9 @@ from abc import ABC, abstractmethod
 
 from flashpoint.clock import Clock
 from flashpoint.explain import Code, OtherProcess
+from flashpoint.fleet.inventory import Device
 from flashpoint.gpus import ANY_GPU, describe
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, process_kind
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.wants import WANTS_DIR, WantMarks

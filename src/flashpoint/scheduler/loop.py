@@ -26,13 +26,13 @@ from flashpoint.backends.base import Backend
 from flashpoint.clock import SYSTEM_CLOCK, Clock
 from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotFoundError
 from flashpoint.explain import WaitReason
+from flashpoint.fleet.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler import departed, planner, readiness, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, check_system, system_note
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
 from flashpoint.scheduler.leases import DeviceLeases
 from flashpoint.scheduler.placement import NoFit, endpoint_notes

@@ -19,8 +19,8 @@ from bisect import insort
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
+from flashpoint.fleet.inventory import Holder, Node
 from flashpoint.scheduler.filters import Eligible, NodeFilter, eligible
-from flashpoint.scheduler.inventory import Holder, Node
 
 __all__ = ["CpuRequest", "CpuSlot", "NodeLedger"]
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from flashpoint.explain import NEVER_CODES, Code, WaitReason
 from flashpoint.flashtypes import cpu_size
+from flashpoint.fleet.inventory import Device, Holder, Node, show_gb
 from flashpoint.gpus import AnyGPU, Candidate, describe
 from flashpoint.scheduler.filters import NodeFilter
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder, Node, show_gb
 from flashpoint.scheduler.nodes import CpuRequest, CpuSlot, NodeLedger
 from flashpoint.spec import EndpointSpec
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from flashpoint.explain import Code, OtherProcess, WaitReason
+from flashpoint.fleet.inventory import Holder
 from flashpoint.gpus import describe
 from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Holder
 from flashpoint.scheduler.placement import CpuFit, Fit, NoFit, Yielders, place_endpoint
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import ServerlessScalerType

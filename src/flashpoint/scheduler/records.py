@@ -10,8 +10,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from flashpoint.explain import Explanation, WaitReason
+from flashpoint.fleet.inventory import Device
 from flashpoint.jobs import Job, Placement
-from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.nodes import CpuSlot
 from flashpoint.scheduler.placement import NoFit
 from flashpoint.spec import EndpointSpec, WorkerTarget

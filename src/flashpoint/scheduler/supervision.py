@@ -23,16 +23,16 @@ from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from flashpoint import volumes
 from flashpoint.backends.base import Backend, Launch, LineCallback
 from flashpoint.clock import Clock
 from flashpoint.errors import BackendError, NotReadyError
+from flashpoint.fleet import volumes
+from flashpoint.fleet.inventory import Device, Holder, Node
 from flashpoint.jobs import LOG_CUT, MAX_JOB_LOG_LINES, Job, JobError, JobStatus, Reason
 from flashpoint.scheduler import watchdog
 from flashpoint.scheduler.credentials import caller_credential, route_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import Device, Holder, Node
 from flashpoint.scheduler.leasing import DeviceLeasing
 from flashpoint.scheduler.placement import CpuFit, Fit
 from flashpoint.scheduler.protocol import WorkerProtocol

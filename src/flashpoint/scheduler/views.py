@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from flashpoint.explain import Code, Explanation, WaitReason
+from flashpoint.fleet.inventory import fleet_summary, nodes_summary
 from flashpoint.gpus import describe
 from flashpoint.jobs import Job, JobStatus
 from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.inventory import fleet_summary, nodes_summary
 from flashpoint.scheduler.nodes import NodeLedger
 from flashpoint.scheduler.placement import NoFit
 from flashpoint.scheduler.records import EndpointState, WorkerState

@@ -30,8 +30,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from flashpoint.explain import OtherProcess
+from flashpoint.fleet.inventory import Device
 from flashpoint.scheduler import kernel
-from flashpoint.scheduler.inventory import Device
 from flashpoint.scheduler.leaserecords import matches, parse_record
 from flashpoint.scheduler.leases import Owner, prepare, process_alive, read_record, record
 

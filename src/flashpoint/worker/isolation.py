@@ -38,8 +38,8 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-from flashpoint import volumes
-from flashpoint.volumes import RUNPOD_VOLUME
+from flashpoint.fleet import volumes
+from flashpoint.fleet.volumes import RUNPOD_VOLUME
 
 _CLONE_NEWNS = 0x00020000
 _MS_BIND = 4096

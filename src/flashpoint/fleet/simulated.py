@@ -45,8 +45,8 @@ from typing import Any
 from flashpoint.config import DEFAULT_SIMULATED_CUDA
 from flashpoint.errors import ConfigError, UnknownGPUError
 from flashpoint.flashtypes import cuda_tuple
+from flashpoint.fleet.inventory import Device, Fleet, Node
 from flashpoint.gpus import MODELS, GpuGroup, GPUModel, GpuType, model_of, parse_gpu, pool_models
-from flashpoint.scheduler.inventory import Device, Fleet, Node
 
 __all__ = [
     "NO_HOST",

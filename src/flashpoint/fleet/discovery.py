@@ -7,9 +7,9 @@ import logging
 import os
 
 from flashpoint.config import Settings
-from flashpoint.fleetspec import parse_simulated, read_fleet
+from flashpoint.fleet.inventory import DATACENTER_LABEL, Device, Fleet, Node
+from flashpoint.fleet.simulated import parse_simulated, read_fleet
 from flashpoint.gpus import identify
-from flashpoint.scheduler.inventory import DATACENTER_LABEL, Device, Fleet, Node
 
 __all__ = [
     "discover",
@@ -22,7 +22,7 @@ __all__ = [
     "parse_simulated",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("flashpoint.fleet")
 
 
 def _text(value: object) -> str:
@@ -91,7 +91,7 @@ def discover(simulated: str | None = None, *, node: str = "local") -> list[Devic
     Args:
         simulated: the value of ``FLASHPOINT_SIMULATED_GPUS``: ``MODEL:COUNT,...`` (devices of this node),
             ``NODE=MODEL:COUNT,...;...`` (several nodes), or a fleet file (``@path`` or ``*.toml``); see
-            ``flashpoint.fleetspec``. None or blank means real devices.
+            ``flashpoint.fleet.simulated``. None or blank means real devices.
         node: this node's name: the real devices' node, and the simulated ones' in the single-node form.
 
     Raises:
