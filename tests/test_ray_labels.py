@@ -20,8 +20,8 @@ from flashpoint.errors import ConfigError
 from flashpoint.fleet.discovery import parse_simulated
 from flashpoint.fleet.inventory import Node, fleet_summary
 from flashpoint.gpus import MODELS, GpuType, candidates, gpu_model_label, identify_label, model_of
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.placement import NoFit, place
+from flashpoint.scheduler.placement.fit import NoFit, place
+from flashpoint.scheduler.placement.index import FleetIndex
 
 
 def node(node_id: str, gpus: int, labels: dict[str, str] | None = None, alive: bool = True, **resources: float) -> Any:

@@ -33,9 +33,9 @@ from flashpoint.explain import WaitReason
 from flashpoint.fleet.inventory import Device, Holder, Node
 from flashpoint.gpus import describe
 from flashpoint.optionnotes import host_option_notes
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.nodes import CpuSlot
-from flashpoint.scheduler.placement import CpuFit, Fit, NoFit, endpoint_notes, never_candidates, place_endpoint
+from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit, endpoint_notes, never_candidates, place_endpoint
+from flashpoint.scheduler.placement.index import FleetIndex
+from flashpoint.scheduler.placement.nodes import CpuSlot
 from flashpoint.spec import EndpointSpec
 
 __all__ = ["Phase", "PlannedWorker", "Row", "Verdict", "what_if"]

@@ -15,8 +15,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from flashpoint.explain import Code, WaitReason
 from flashpoint.fleet.inventory import Device, Holder, Node
 from flashpoint.gpus import AnyGPU, Candidate, describe
-from flashpoint.scheduler.nodes import CpuRequest, CpuSlot
-from flashpoint.scheduler.placement import CpuFit, Fit, NoFit
+from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit
+from flashpoint.scheduler.placement.nodes import CpuRequest, CpuSlot
 
 Holders = Mapping[tuple[str, int], Holder]
 

@@ -24,9 +24,9 @@ from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.jobs import JobStatus
 from flashpoint.scheduler import departed
 from flashpoint.scheduler.departed import LEFT, MAX_DEPARTED, Departed, departures, judge, why_lost, with_away
-from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.scheduler.placement import NoFit, place
+from flashpoint.scheduler.placement.fit import NoFit, place
+from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.supervision import MAX_START_ATTEMPTS
 from flashpoint.store.memory import MemoryJobStore
 from tests.scheduler.door import TARGET, open_door

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.gpus import MODELS, Candidate, GpuGroup, GPUModel, GpuType, candidates, model_of
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.placement import Fit, NoFit, Yielders, place
+from flashpoint.scheduler.placement.fit import Fit, NoFit, Yielders, place
+from flashpoint.scheduler.placement.index import FleetIndex
 from tests.scheduler.reference_placement import reference_place
 
 H200 = model_of(GpuType.NVIDIA_H200)

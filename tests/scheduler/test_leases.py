@@ -22,7 +22,6 @@ from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.gpus import GPUModel, GpuType, model_of
 from flashpoint.scheduler import kernel
-from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.leaserecords import redact
 from flashpoint.scheduler.leases import (
     DEFAULT_LEASE_DIR,
@@ -37,7 +36,8 @@ from flashpoint.scheduler.leases import (
     process_kind,
     read_record,
 )
-from flashpoint.scheduler.placement import Fit, NoFit, Yielders, place
+from flashpoint.scheduler.placement.fit import Fit, NoFit, Yielders, place
+from flashpoint.scheduler.placement.index import FleetIndex
 from tests.scheduler.test_leases_holder import end_holder, start_holder
 
 H200 = model_of(GpuType.NVIDIA_H200)

@@ -12,10 +12,10 @@ from flashpoint.explain import Code
 from flashpoint.flashtypes import CpuInstanceType, cpu_size
 from flashpoint.fleet.inventory import Device, Fleet, Holder, Node
 from flashpoint.gpus import GpuType, model_of
-from flashpoint.scheduler.filters import NodeFilter, eligible, parse_cuda
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.nodes import CpuRequest, CpuSlot, NodeLedger
-from flashpoint.scheduler.placement import CpuFit, NoFit, Yielders, place_cpu
+from flashpoint.scheduler.placement.filters import NodeFilter, eligible, parse_cuda
+from flashpoint.scheduler.placement.fit import CpuFit, NoFit, Yielders, place_cpu
+from flashpoint.scheduler.placement.index import FleetIndex
+from flashpoint.scheduler.placement.nodes import CpuRequest, CpuSlot, NodeLedger
 from tests.scheduler.reference_placement import reference_place_cpu
 
 GB = 1024

@@ -1,4 +1,4 @@
-"""Table-driven tests for flashpoint.scheduler.placement: ordered fallback, one model on one node, reclaim."""
+"""Table-driven tests for flashpoint.scheduler.placement.fit: ordered fallback, one model on one node, reclaim."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from flashpoint.explain import Code, WaitReason
 from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.gpus import ANY_GPU, MODELS, Candidate, GpuGroup, GPUModel, GpuType, candidates, model_of
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.placement import Fit, NoFit, Yielders, feasible, place
+from flashpoint.scheduler.placement.fit import Fit, NoFit, Yielders, feasible, place
+from flashpoint.scheduler.placement.index import FleetIndex
 
 H200 = model_of(GpuType.NVIDIA_H200)
 A100_PCIE = model_of(GpuType.NVIDIA_A100_80GB_PCIe)

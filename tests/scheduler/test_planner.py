@@ -8,9 +8,9 @@ import pytest
 from flashpoint import Endpoint, GpuType
 from flashpoint.explain import OtherProcess
 from flashpoint.fleet.inventory import Holder, Node
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.nodes import CpuSlot
-from flashpoint.scheduler.placement import CpuFit
+from flashpoint.scheduler.placement.fit import CpuFit
+from flashpoint.scheduler.placement.index import FleetIndex
+from flashpoint.scheduler.placement.nodes import CpuSlot
 from flashpoint.scheduler.planner import desired, idle_stops, plan, yieldable
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import ServerlessScalerType, WorkerTarget

@@ -40,8 +40,8 @@ from flashpoint.fleet.inventory import Fleet, fleet_summary, nodes_summary
 from flashpoint.fleet.simulated import SimulatedFleet, is_file_reference, load_fleet, read_fleet
 from flashpoint.gpus import describe as describe_gpu
 from flashpoint.optionnotes import host_option_notes
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.placement import CpuFit, NoFit, endpoint_notes, never_candidates, place_endpoint
+from flashpoint.scheduler.placement.fit import CpuFit, NoFit, endpoint_notes, never_candidates, place_endpoint
+from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.views import never_summary
 from flashpoint.spec import EndpointSpec
 from flashpoint.terminal import inert

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from flashpoint.explain import Code, WaitReason
 from flashpoint.fleet.inventory import Device, Fleet, Node
 from flashpoint.gpus import describe
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.placement import NoFit, cpu_requests, feasible_endpoint, never_candidates
+from flashpoint.scheduler.placement.fit import NoFit, cpu_requests, feasible_endpoint, never_candidates
+from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.spec import EndpointSpec
 
 __all__ = ["LEFT", "MAX_DEPARTED", "Departed", "departures", "judge", "why_lost", "with_away"]

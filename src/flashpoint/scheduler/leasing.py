@@ -24,8 +24,8 @@ from flashpoint.clock import Clock
 from flashpoint.explain import Code, OtherProcess
 from flashpoint.fleet.inventory import Device
 from flashpoint.gpus import ANY_GPU, describe
-from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, process_kind
+from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.wants import WANTS_DIR, WantMarks
 

@@ -19,8 +19,8 @@ from flashpoint.explain import Code, OtherProcess, WaitReason
 from flashpoint.fleet.inventory import Holder
 from flashpoint.gpus import describe
 from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.placement import CpuFit, Fit, NoFit, Yielders, place_endpoint
+from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit, Yielders, place_endpoint
+from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import ServerlessScalerType
 

@@ -15,8 +15,8 @@ from typing import Any
 from flashpoint.explain import Explanation
 from flashpoint.jobs import Job, JobStatus, JobView
 from flashpoint.scheduler import planner, views
-from flashpoint.scheduler.index import FleetIndex
 from flashpoint.scheduler.jobbook import JobBook
+from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState
 from flashpoint.spec import EndpointSpec
 from flashpoint.store.base import JobStore

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from flashpoint.explain import Explanation, WaitReason
 from flashpoint.fleet.inventory import Device
 from flashpoint.jobs import Job, Placement
-from flashpoint.scheduler.nodes import CpuSlot
-from flashpoint.scheduler.placement import NoFit
+from flashpoint.scheduler.placement.fit import NoFit
+from flashpoint.scheduler.placement.nodes import CpuSlot
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ from flashpoint.explain import Code, Explanation, WaitReason
 from flashpoint.fleet.inventory import fleet_summary, nodes_summary
 from flashpoint.gpus import describe
 from flashpoint.jobs import Job, JobStatus
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.nodes import NodeLedger
-from flashpoint.scheduler.placement import NoFit
+from flashpoint.scheduler.placement.fit import NoFit
+from flashpoint.scheduler.placement.index import FleetIndex
+from flashpoint.scheduler.placement.nodes import NodeLedger
 from flashpoint.scheduler.records import EndpointState, WorkerState
 from flashpoint.spec import EndpointSpec
 

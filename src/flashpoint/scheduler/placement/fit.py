@@ -19,9 +19,9 @@ from flashpoint.explain import NEVER_CODES, Code, WaitReason
 from flashpoint.flashtypes import cpu_size
 from flashpoint.fleet.inventory import Device, Holder, Node, show_gb
 from flashpoint.gpus import AnyGPU, Candidate, describe
-from flashpoint.scheduler.filters import NodeFilter
-from flashpoint.scheduler.index import FleetIndex
-from flashpoint.scheduler.nodes import CpuRequest, CpuSlot, NodeLedger
+from flashpoint.scheduler.placement.filters import NodeFilter
+from flashpoint.scheduler.placement.index import FleetIndex
+from flashpoint.scheduler.placement.nodes import CpuRequest, CpuSlot, NodeLedger
 from flashpoint.spec import EndpointSpec
 
 

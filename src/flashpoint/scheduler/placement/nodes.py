@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from flashpoint.fleet.inventory import Holder, Node
-from flashpoint.scheduler.filters import Eligible, NodeFilter, eligible
+from flashpoint.scheduler.placement.filters import Eligible, NodeFilter, eligible
 
 __all__ = ["CpuRequest", "CpuSlot", "NodeLedger"]
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from flashpoint.explain import OtherProcess
 from flashpoint.fleet.inventory import Device, Fleet, Holder, Node
 from flashpoint.gpus import AnyGPU, Candidate, GPUModel
-from flashpoint.scheduler.nodes import NodeLedger
+from flashpoint.scheduler.placement.nodes import NodeLedger
 
 __all__ = ["FleetIndex"]
 
