@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from flashpoint.fleet.simulated import parse_fleet
-from flashpoint.scheduler.leases import DeviceLeases, Owner, identity
-from flashpoint.scheduler.wants import WANTS_DIR, WantMarks
+from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity
+from flashpoint.scheduler.ownership.wants import WANTS_DIR, WantMarks
 
 
 def main(argv: list[str]) -> int:

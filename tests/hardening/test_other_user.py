@@ -37,7 +37,7 @@ import httpx
 import pytest
 
 from flashpoint.fleet.simulated import parse_fleet
-from flashpoint.scheduler.leases import identity, prepare
+from flashpoint.scheduler.ownership.leases import identity, prepare
 from tests.conftest import ROOT, start_serve_process, stop_process, until
 
 pytestmark = [pytest.mark.hardening, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -12,10 +12,10 @@ import pytest
 
 from flashpoint.explain import KERNEL_FACTS, OtherProcess
 from flashpoint.fleet.simulated import parse_fleet
-from flashpoint.scheduler import kernel
-from flashpoint.scheduler.kernel import LockLine, ProcessFacts, flock_holders, parse_locks
-from flashpoint.scheduler.leaserecords import name_holder
-from flashpoint.scheduler.leases import DeviceLeases, Owner, identity
+from flashpoint.scheduler.ownership import kernel
+from flashpoint.scheduler.ownership.kernel import LockLine, ProcessFacts, flock_holders, parse_locks
+from flashpoint.scheduler.ownership.leaserecords import name_holder
+from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity
 from tests.scheduler.test_leases import _record
 from tests.scheduler.test_leases_holder import end_holder, start_holder
 

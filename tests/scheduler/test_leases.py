@@ -21,9 +21,9 @@ from flashpoint.explain import Code, OtherProcess, WaitReason
 from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.gpus import GPUModel, GpuType, model_of
-from flashpoint.scheduler import kernel
-from flashpoint.scheduler.leaserecords import redact
-from flashpoint.scheduler.leases import (
+from flashpoint.scheduler.ownership import kernel
+from flashpoint.scheduler.ownership.leaserecords import redact
+from flashpoint.scheduler.ownership.leases import (
     DEFAULT_LEASE_DIR,
     UNREADABLE,
     DeviceLeases,
@@ -446,7 +446,7 @@ def _python_for_nobody() -> tuple[str, dict[str, str]]:
     for python in (sys.executable, "/usr/bin/python3"):
         try:
             probe = subprocess.run(
-                [python, "-c", "import flashpoint.scheduler.leases"],
+                [python, "-c", "import flashpoint.scheduler.ownership.leases"],
                 env=env,
                 preexec_fn=_become_nobody,
                 capture_output=True,
@@ -472,7 +472,7 @@ def test_two_users_share_the_default_directory_and_exclude_each_other(world_dir:
     mine.release(name)
     # When another user (nobody) takes the same lease through root's file (opened without O_CREAT)
     code = (
-        "import sys; from pathlib import Path; from flashpoint.scheduler.leases import DeviceLeases, Owner; "
+        "import sys; from pathlib import Path; from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner; "
         "from flashpoint.fleet.inventory import Device; from flashpoint.gpus import GpuType, model_of; "
         "d = Device('node-a', 0, 'NVIDIA H200', model_of(GpuType.NVIDIA_H200), 0, True, 'SIM-node-a-0'); "
         f"l = DeviceLeases(Owner.this_process('script', ''), Path({str(world_dir)!r})); "

@@ -16,7 +16,7 @@ from flashpoint import GpuType
 from flashpoint.explain import Code
 from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.jobs import JobStatus
-from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, prepare
+from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity, prepare
 from flashpoint.scheduler.records import Worker
 from tests.scheduler.door import BASE_URL, DOOR_HOST, Door, open_door
 from tests.scheduler.test_leases_holder import end_holder, start_holder

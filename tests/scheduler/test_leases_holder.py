@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from flashpoint.fleet.simulated import parse_fleet
-from flashpoint.scheduler.leases import DeviceLeases, Owner, identity
+from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from flashpoint.explain import LEASE_DIRECTORY, LOCK_FILE, OtherProcess
-from flashpoint.scheduler.leases import DeviceLeases, identity, prepare
-from flashpoint.scheduler.leasetrust import directory_problem, lock_file_problem, refusal
+from flashpoint.scheduler.ownership.leases import DeviceLeases, identity, prepare
+from flashpoint.scheduler.ownership.leasetrust import directory_problem, lock_file_problem, refusal
 from tests.scheduler.test_leases import device, me
 
 DIR, REG, LNK = stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from flashpoint.scheduler import kernel, wants
-from flashpoint.scheduler.leases import Owner, prepare
-from flashpoint.scheduler.wants import FRESH_S, WantMarks
+from flashpoint.scheduler.ownership import kernel, wants
+from flashpoint.scheduler.ownership.leases import Owner, prepare
+from flashpoint.scheduler.ownership.wants import FRESH_S, WantMarks
 from tests.scheduler.test_leases import device
 
 DEVICE = device()

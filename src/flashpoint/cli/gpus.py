@@ -33,7 +33,7 @@ from flashpoint.config import Settings
 from flashpoint.fleet.discovery import discover_fleet
 from flashpoint.fleet.inventory import Fleet, Node
 from flashpoint.gpus import MODELS, GpuGroup, pool_models
-from flashpoint.scheduler.leases import lease_dir
+from flashpoint.scheduler.ownership.leases import lease_dir
 from flashpoint.terminal import inert_data
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from flashpoint.explain import OtherProcess
 from flashpoint.fleet.inventory import Device
-from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, lease_dir
+from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity, lease_dir
 
 __all__ = ["held_devices", "holders_note", "mark_rows"]
 

@@ -33,7 +33,7 @@ from flashpoint.scheduler import departed, planner, readiness, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, check_system, system_note
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
-from flashpoint.scheduler.leases import DeviceLeases
+from flashpoint.scheduler.ownership.leases import DeviceLeases
 from flashpoint.scheduler.placement.fit import NoFit, endpoint_notes
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.readiness import Probe

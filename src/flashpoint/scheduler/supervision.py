@@ -32,7 +32,7 @@ from flashpoint.jobs import LOG_CUT, MAX_JOB_LOG_LINES, Job, JobError, JobStatus
 from flashpoint.scheduler import watchdog
 from flashpoint.scheduler.credentials import caller_credential, route_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
-from flashpoint.scheduler.leasing import DeviceLeasing
+from flashpoint.scheduler.ownership.leasing import DeviceLeasing
 from flashpoint.scheduler.placement.fit import CpuFit, Fit
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.protocol import WorkerProtocol

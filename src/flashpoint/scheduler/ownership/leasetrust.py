@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import stat
 
-from flashpoint.scheduler.kernel import user_name
+from flashpoint.scheduler.ownership.kernel import user_name
 
 __all__ = ["LEASE_DIR_ENV", "directory_problem", "lock_file_problem", "refusal"]
 

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from flashpoint.explain import KERNEL_FACTS, LEASE_DIRECTORY, LOCK_FILE, OtherProcess
 from flashpoint.fleet.inventory import Device
-from flashpoint.scheduler import kernel
-from flashpoint.scheduler.kernel import process_alive, process_started
-from flashpoint.scheduler.leaserecords import (
+from flashpoint.scheduler.ownership import kernel
+from flashpoint.scheduler.ownership.kernel import process_alive, process_started
+from flashpoint.scheduler.ownership.leaserecords import (
     Owner,
     command_line,
     name_holder,
@@ -48,7 +48,7 @@ from flashpoint.scheduler.leaserecords import (
     read_record,
     record,
 )
-from flashpoint.scheduler.leasetrust import LEASE_DIR_ENV, directory_problem, lock_file_problem, refusal
+from flashpoint.scheduler.ownership.leasetrust import LEASE_DIR_ENV, directory_problem, lock_file_problem, refusal
 
 try:
     import fcntl

@@ -23,7 +23,7 @@ from typing import Any
 
 from flashpoint.explain import KERNEL_FACTS, OtherProcess
 from flashpoint.fleet.inventory import Device
-from flashpoint.scheduler import kernel
+from flashpoint.scheduler.ownership import kernel
 
 __all__ = [
     "HIDDEN",

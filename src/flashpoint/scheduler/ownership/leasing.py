@@ -24,10 +24,10 @@ from flashpoint.clock import Clock
 from flashpoint.explain import Code, OtherProcess
 from flashpoint.fleet.inventory import Device
 from flashpoint.gpus import ANY_GPU, describe
-from flashpoint.scheduler.leases import DeviceLeases, Owner, identity, process_kind
+from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity, process_kind
+from flashpoint.scheduler.ownership.wants import WANTS_DIR, WantMarks
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState, Worker
-from flashpoint.scheduler.wants import WANTS_DIR, WantMarks
 
 log = logging.getLogger("flashpoint.plane")
 

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from flashpoint.explain import OtherProcess
 from flashpoint.fleet.inventory import Device
-from flashpoint.scheduler import kernel
-from flashpoint.scheduler.leaserecords import matches, parse_record
-from flashpoint.scheduler.leases import Owner, prepare, process_alive, read_record, record
+from flashpoint.scheduler.ownership import kernel
+from flashpoint.scheduler.ownership.leaserecords import matches, parse_record
+from flashpoint.scheduler.ownership.leases import Owner, prepare, process_alive, read_record, record
 
 __all__ = ["FRESH_S", "MAX_ENTRIES", "WANTS_DIR", "WantMarks"]
 
