@@ -20,7 +20,7 @@ from flashpoint import (
     PodTemplate,
 )
 from flashpoint.errors import InvalidEndpointError
-from flashpoint.optionnotes import option_notes
+from flashpoint.scheduler.optionnotes import option_notes
 from flashpoint.spec import EndpointSpec
 
 

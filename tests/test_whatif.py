@@ -1,4 +1,4 @@
-"""The what-if (flashpoint.whatif): where each endpoint's workers would go on a described fleet, by tables."""
+"""The what-if (flashpoint.scheduler.whatif): where each endpoint's workers would go on a described fleet, by tables."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from flashpoint import GpuGroup, GpuType
 from flashpoint.fleet.inventory import Node
 from flashpoint.fleet.simulated import bench_fleet, parse_fleet
+from flashpoint.scheduler.whatif import Row, Verdict, what_if
 from flashpoint.spec import EndpointSpec, build_spec
-from flashpoint.whatif import Row, Verdict, what_if
 
 #: what the nodes of a fleet with CPU capacity have: 4 vCPUs, 8 GB, CUDA 12.8
 HOST = Node("", cpus=4, memory_mb=8 * 1024, cuda="12.8")

@@ -39,13 +39,13 @@ from flashpoint.fleet.discovery import discover_fleet, host_node
 from flashpoint.fleet.inventory import Fleet, fleet_summary, nodes_summary
 from flashpoint.fleet.simulated import SimulatedFleet, is_file_reference, load_fleet, read_fleet
 from flashpoint.gpus import describe as describe_gpu
-from flashpoint.optionnotes import host_option_notes
+from flashpoint.scheduler.optionnotes import host_option_notes
 from flashpoint.scheduler.placement.fit import CpuFit, NoFit, endpoint_notes, never_candidates, place_endpoint
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.views import never_summary
+from flashpoint.scheduler.whatif import Row, Verdict, what_if
 from flashpoint.spec import EndpointSpec
 from flashpoint.terminal import inert
-from flashpoint.whatif import Row, Verdict, what_if
 
 #: what ``explain`` adds when no process runs
 _OFFLINE_HINT = ", or pass --app app.py to explain its endpoints against this machine's fleet"

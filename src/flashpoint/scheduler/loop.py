@@ -28,11 +28,11 @@ from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotF
 from flashpoint.explain import WaitReason
 from flashpoint.fleet.inventory import Device, Fleet, fleet_summary, nodes_summary
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
-from flashpoint.optionnotes import host_option_notes
 from flashpoint.scheduler import departed, planner, readiness, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, check_system, system_note
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
+from flashpoint.scheduler.optionnotes import host_option_notes
 from flashpoint.scheduler.ownership.leases import DeviceLeases
 from flashpoint.scheduler.placement.fit import NoFit, endpoint_notes
 from flashpoint.scheduler.placement.index import FleetIndex

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from flashpoint.explain import WaitReason
 from flashpoint.fleet.inventory import Device, Holder, Node
 from flashpoint.gpus import describe
-from flashpoint.optionnotes import host_option_notes
+from flashpoint.scheduler.optionnotes import host_option_notes
 from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit, endpoint_notes, never_candidates, place_endpoint
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.placement.nodes import CpuSlot
