@@ -35,7 +35,9 @@ RAY_ENV = {
 }
 os.environ.update(RAY_ENV)
 
-from flashpoint import Endpoint, GpuGroup, default_connection  # noqa: E402
+from flashpoint import Endpoint, GpuGroup# noqa: E402
+
+from flashpoint.sdk import default_connection
 
 #: DESIGN.md section 7: (metric, comparison, target ratio flashpoint/ray)
 TARGETS = {"warm_p50": ("<=", 1.0), "throughput": (">=", 1.0), "cold": ("<=", 0.2)}

@@ -57,7 +57,8 @@ CHILD_TIMEOUT_S = 600
 FLASHPOINT_CHILD = textwrap.dedent(
     """
     import asyncio, json, sys, time
-    from flashpoint import Endpoint, default_connection
+    from flashpoint import Endpoint
+    from flashpoint.sdk import default_connection
 
     requirement = sys.argv[1]
 

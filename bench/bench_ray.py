@@ -110,7 +110,7 @@ def placements(plane: Any, endpoint: str) -> list[dict[str, Any]]:
 
 
 async def flashpoint_measure(args: argparse.Namespace, opened: list[Any]) -> dict[str, Any]:
-    from flashpoint import default_connection
+    from flashpoint.sdk import default_connection
 
     app = __import__(MODULE)
     start = time.perf_counter()
@@ -177,7 +177,7 @@ async def flashpoint_measure(args: argparse.Namespace, opened: list[Any]) -> dic
 def run_flashpoint(args: argparse.Namespace, address: str) -> dict[str, Any]:
     os.environ["FLASHPOINT_BACKEND"] = "ray"
     os.environ["FLASHPOINT_RAY_ADDRESS"] = address
-    from flashpoint import default_connection
+    from flashpoint.sdk import default_connection
 
     opened: list[Any] = []
     try:

@@ -41,7 +41,7 @@ async def stream() -> AsyncIterator[dict[str, int]]:
 
 def build_app() -> Any:
     """The route worker's ASGI app over ``api``'s routes (Ray Serve's ingress builder, called on each replica)."""
-    from flashpoint.routes import route_table
+    from flashpoint.sdk.routes import route_table
     from flashpoint.worker.routeapp import create_app
 
     return create_app(route_table(api))

@@ -27,9 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from flashpoint import Endpoint, EndpointJob, GpuType, default_connection, errors
-from flashpoint.client import ERRORS_BY_CODE, REJECTED_CODES, HTTPConnection
-from flashpoint.endpoint import EndpointClient, WorkerTarget
+from flashpoint import Endpoint, EndpointJob, GpuType, errors
 from flashpoint.errors import (
     BackendError,
     BadInputError,
@@ -42,6 +40,9 @@ from flashpoint.errors import (
 )
 from flashpoint.explain import Code, Explanation, WaitReason as Why
 from flashpoint.jobs import JobError, JobStatus, JobView, Placement, Reason
+from flashpoint.sdk import default_connection
+from flashpoint.sdk.client import ERRORS_BY_CODE, REJECTED_CODES, HTTPConnection
+from flashpoint.sdk.endpoint import EndpointClient, WorkerTarget
 from flashpoint.wire import codec
 
 pytestmark = pytest.mark.timeout(30)

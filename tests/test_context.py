@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flashpoint import current_job
-from flashpoint.context import reset_current_job, set_current_job
+from flashpoint.sdk.context import reset_current_job, set_current_job
 
 
 def test_outside_a_job_it_says_where_it_works() -> None:

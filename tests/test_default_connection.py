@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flashpoint import default_connection
 from flashpoint.errors import ConfigError
+from flashpoint.sdk import default_connection
 
 
 def test_a_worker_never_starts_a_control_plane_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from flashpoint import ConfigError
 from flashpoint.discovery import load_endpoints, load_module, split_target
-from flashpoint.endpoint import EndpointClass, EndpointFunction
+from flashpoint.sdk.endpoint import EndpointClass, EndpointFunction
 from flashpoint.worker.handler import load_target
 
 APP = """

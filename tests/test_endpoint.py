@@ -1,4 +1,4 @@
-"""Tests for flashpoint.endpoint: decoration-time validation, the spec, the handles and payload binding.
+"""Tests for flashpoint.sdk.endpoint: decoration-time validation, the spec, the handles and payload binding.
 
 Nothing here calls an endpoint remotely (that starts a control plane); payloads are checked as the SDK builds them.
 """
@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from flashpoint.endpoint import (
+from flashpoint.errors import InvalidEndpointError, UnknownGPUError
+from flashpoint.gpus import ANY_GPU, MODELS, GpuGroup, GpuType, model_of
+from flashpoint.sdk.endpoint import (
     Endpoint,
     EndpointClass,
     EndpointFunction,
     EndpointSpec,
     ServerlessScalerType,
 )
-from flashpoint.errors import InvalidEndpointError, UnknownGPUError
-from flashpoint.gpus import ANY_GPU, MODELS, GpuGroup, GpuType, model_of
 from flashpoint.wire import codec
 
 H200 = model_of(GpuType.NVIDIA_H200)

@@ -26,12 +26,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from flashpoint import Endpoint, EndpointClient, EndpointJob, GpuType, client as client_module, default_connection
-from flashpoint.client import HTTPConnection
-from flashpoint.connection import Connection
-from flashpoint.endpointjob import with_webhook
+from flashpoint import Endpoint, EndpointClient, EndpointJob, GpuType
 from flashpoint.errors import BackendError, BadInputError, ConfigError, Error, NotFoundError
 from flashpoint.jobs import JobError, JobStatus, JobView, Reason
+from flashpoint.sdk import client as client_module, default_connection
+from flashpoint.sdk.client import HTTPConnection
+from flashpoint.sdk.connection import Connection
+from flashpoint.sdk.endpointjob import with_webhook
 from tests.conftest import eventually_async
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flashpoint import envfile
+from flashpoint.sdk import envfile
 
 PROBE = "import json, os, flashpoint; print(json.dumps({k: os.environ.get(k) for k in ('FP_A', 'FP_B')}))"
 

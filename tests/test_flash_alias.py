@@ -23,7 +23,7 @@ import flashpoint
 from flashpoint import flashalias
 from flashpoint.cli import app
 from flashpoint.discovery import load_endpoints
-from flashpoint.endpoint import EndpointClass, EndpointFunction
+from flashpoint.sdk.endpoint import EndpointClass, EndpointFunction
 from flashpoint.worker.handler import load_target, load_targets
 
 pytestmark = pytest.mark.usefixtures("restore_imports")
@@ -245,7 +245,7 @@ def test_run_runs_a_script_as_main_with_its_arguments_and_exit_status(script: Pa
 
     # every word after SCRIPT is the script's, --help included; its folder is first on sys.path (sibling imports)
     assert result.exit_code == 3, result.output
-    assert "name __main__ argv ['3', '--help', '-x'] word next door endpoint flashpoint.endpoint" in result.output
+    assert "name __main__ argv ['3', '--help', '-x'] word next door endpoint flashpoint.sdk.endpoint" in result.output
     assert (sys.path, sys.argv) == (path, argv) and flash_modules() == {}
 
 

@@ -41,8 +41,8 @@ from flashpoint import (
     flash as flash_module,
     remote,
 )
-from flashpoint.endpoint import EndpointFunction
 from flashpoint.errors import InvalidEndpointError
+from flashpoint.sdk.endpoint import EndpointFunction
 
 #: runpod_flash.__all__ (1.21.0)
 FLASH_ALL = (

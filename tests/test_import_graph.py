@@ -40,7 +40,7 @@ CORE = (
     "flashpoint.wire.codec",
     "flashpoint.spec",
     "flashpoint.explain",
-    "flashpoint.context",
+    "flashpoint.sdk.context",
     "flashpoint.fleet.discovery",
     "flashpoint.store",
     "flashpoint.scheduler",
@@ -52,7 +52,7 @@ EDGE = (
     "flashpoint.api",
     "flashpoint.cli",
     "flashpoint.__main__",
-    "flashpoint.client",
+    "flashpoint.sdk.client",
     "flashpoint.server",
     "flashpoint.embedded",
     "flashpoint.hosting",
@@ -60,8 +60,8 @@ EDGE = (
 )
 #: the only edges from outside the edge into it: the SDK's default connection, importing lazily what it starts
 SEAMS = {
-    ("flashpoint.default_connection", "flashpoint.client"),
-    ("flashpoint.default_connection", "flashpoint.embedded"),
+    ("flashpoint.sdk.default_connection", "flashpoint.sdk.client"),
+    ("flashpoint.sdk.default_connection", "flashpoint.embedded"),
 }
 
 
@@ -221,9 +221,9 @@ def graph() -> Graph:
 
 def test_the_graph_sees_every_module_and_the_sdk_seam(graph: Graph) -> None:
     # Guard against a check that can never fail: the known lazy seam, inside a function, is an edge.
-    assert {"flashpoint", "flashpoint.endpoint", "flashpoint.scheduler.loop", "flashpoint.api.app"} <= graph.modules
-    assert "flashpoint.embedded" in graph.runtime["flashpoint.default_connection"]
-    assert "flashpoint.endpoint" in graph.runtime["flashpoint"]
+    assert {"flashpoint", "flashpoint.sdk.endpoint", "flashpoint.scheduler.loop", "flashpoint.api.app"} <= graph.modules
+    assert "flashpoint.embedded" in graph.runtime["flashpoint.sdk.default_connection"]
+    assert "flashpoint.sdk.endpoint" in graph.runtime["flashpoint"]
 
 
 def test_no_import_cycle(graph: Graph) -> None:

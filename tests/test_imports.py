@@ -20,7 +20,7 @@ LAYERS = (
     "flashpoint.server",
     "flashpoint.embedded",
     "flashpoint.hosting",
-    "flashpoint.client",
+    "flashpoint.sdk.client",
     "flashpoint.cli",
     "flashpoint.backends",
 )
@@ -79,7 +79,7 @@ def test_import_flashpoint_loads_no_heavy_dependency(after_import: list[str], pa
 
 @pytest.mark.parametrize("package", HEAVY)
 def test_declaring_endpoints_loads_no_heavy_dependency(after_decorating: list[str], package: str) -> None:
-    assert "flashpoint.endpoint" in after_decorating
+    assert "flashpoint.sdk.endpoint" in after_decorating
     assert _loaded(after_decorating, (package,)) == []
 
 

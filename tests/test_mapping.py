@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from flashpoint import progress
 from flashpoint.errors import JobFailedError
 from flashpoint.explain import Explanation
-from flashpoint.jobhandle import JobHandle
 from flashpoint.jobs import JobError, JobStatus, JobView, Reason
-from flashpoint.mapping import MapCall, map_calls, starmap_calls
+from flashpoint.sdk import progress
+from flashpoint.sdk.jobhandle import JobHandle
+from flashpoint.sdk.mapping import MapCall, map_calls, starmap_calls
 
 
 class ScriptedConnection:

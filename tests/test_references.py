@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from flashpoint import Endpoint
-from flashpoint.endpoint import EndpointFunction
 from flashpoint.errors import InvalidEndpointError
-from flashpoint.references import referenced, register_named
+from flashpoint.sdk.endpoint import EndpointFunction
+from flashpoint.sdk.references import referenced, register_named
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
 

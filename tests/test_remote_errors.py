@@ -12,8 +12,8 @@ import traceback
 import pytest
 
 from flashpoint.errors import JobCancelledError, JobFailedError
-from flashpoint.jobhandle import job_failure, remote_kind
 from flashpoint.jobs import JobError, JobStatus, JobView, Reason
+from flashpoint.sdk.jobhandle import job_failure, remote_kind
 from flashpoint.wire.pickling import dumps_code
 
 

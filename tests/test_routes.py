@@ -1,4 +1,4 @@
-"""Tests for flashpoint.routes: declaring HTTP routes on an Endpoint (Flash's checks), the spec they give, the
+"""Tests for flashpoint.sdk.routes: declaring HTTP routes on an Endpoint (Flash's checks), the spec they give, the
 functions they return, and how a worker loads them (route_target, route_table); discovery of route endpoints."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 
 from flashpoint import Endpoint, InvalidEndpointError
 from flashpoint.discovery import load_endpoints
-from flashpoint.endpoint import EndpointClient, EndpointFunction
-from flashpoint.endpointclient import RouteCall
-from flashpoint.routes import ROUTES_KEY, is_route_endpoint, path_params, route_table, route_target
+from flashpoint.sdk.endpoint import EndpointClient, EndpointFunction
+from flashpoint.sdk.endpointclient import RouteCall
+from flashpoint.sdk.routes import ROUTES_KEY, is_route_endpoint, path_params, route_table, route_target
 from flashpoint.spec import RESERVED_NAMES, RESERVED_PATHS, RouteSpec, ServerlessScalerType
 from flashpoint.worker.handler import load_target
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from flashpoint import Endpoint
-from flashpoint.endpoint import EndpointFunction
 from flashpoint.gpus import ANY_GPU, Candidate, GpuType, model_of
+from flashpoint.sdk.endpoint import EndpointFunction
 from tests.conftest import seed_path
 
 #: what a snippet without its own import (the multi-GPU one, the one-liners) is run after

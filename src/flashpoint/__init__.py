@@ -8,11 +8,7 @@ async def infer(data: dict) -> dict: ...
 
 from __future__ import annotations
 
-from flashpoint import envfile
 from flashpoint._version import __version__
-from flashpoint.context import current_job
-from flashpoint.endpoint import Endpoint, EndpointClient, EndpointSpec, JobHandle, ServerlessScalerType
-from flashpoint.endpointjob import EndpointJob
 from flashpoint.errors import (
     BackendError,
     BadInputError,
@@ -54,6 +50,10 @@ from flashpoint.flash import (
 )
 from flashpoint.gpus import GpuGroup, GPUModel, GpuType
 from flashpoint.jobs import JobStatus, JobView, Placement, Reason
+from flashpoint.sdk import envfile
+from flashpoint.sdk.context import current_job
+from flashpoint.sdk.endpoint import Endpoint, EndpointClient, EndpointSpec, JobHandle, ServerlessScalerType
+from flashpoint.sdk.endpointjob import EndpointJob
 
 # as Runpod Flash does at import: the project's .env, never overriding what is set (FLASHPOINT_DOTENV=0: off)
 envfile.load()

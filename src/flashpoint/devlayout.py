@@ -26,9 +26,9 @@ from types import ModuleType
 from typing import Any
 
 from flashpoint.discovery import AnyEndpoint, load_endpoints, load_module
-from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import Error
-from flashpoint.routes import is_route_endpoint, route_table
+from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
+from flashpoint.sdk.routes import is_route_endpoint, route_table
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
 __all__ = [

@@ -15,9 +15,9 @@ from types import ModuleType
 from typing import Any, TypeAlias
 
 from flashpoint import flashalias
-from flashpoint.endpoint import Endpoint, EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import ConfigError
-from flashpoint.routes import is_route_endpoint
+from flashpoint.sdk.endpoint import Endpoint, EndpointClass, EndpointCommand, EndpointFunction
+from flashpoint.sdk.routes import is_route_endpoint
 
 __all__ = ["AnyEndpoint", "load_endpoints", "load_module", "split_target"]
 

@@ -26,10 +26,10 @@ from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, UnsatisfiableError
 from flashpoint.explain import Explanation
 from flashpoint.hosting import http_url, listening_socket, open_backend
-from flashpoint.jobhandle import job_failure
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.private import private_dir
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.sdk.jobhandle import job_failure
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 from flashpoint.terminal import InertFormatter

@@ -246,7 +246,7 @@ def remote(
             f"remote: {type(resource_config).__name__} declares HTTP routes, which flashpoint does not serve yet; "
             "declare a queue endpoint with Endpoint(...) instead"
         )
-    from flashpoint.endpoint import Endpoint
+    from flashpoint.sdk.endpoint import Endpoint
 
     options = resource_config.endpoint_options()
     if dependencies is not None:

@@ -18,12 +18,12 @@ from typing import Any
 
 from flashpoint import console
 from flashpoint.config import Settings
-from flashpoint.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.hosting import http_url, listening_socket, loopback, open_backend
 from flashpoint.private import private_dir
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.wire import codec
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flashpoint import Endpoint, GpuType
-from flashpoint.endpoint import EndpointCommand
+from flashpoint.sdk.endpoint import EndpointCommand
 from flashpoint.spec import RouteSpec, ServerlessScalerType
 
 FLEET = "NVIDIA_H200:8,NVIDIA_A100_80GB_PCIe:1"

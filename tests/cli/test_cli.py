@@ -15,13 +15,14 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from flashpoint import ConfigError, Endpoint, GpuGroup, GpuType, NotFoundError, default_connection
+from flashpoint import ConfigError, Endpoint, GpuGroup, GpuType, NotFoundError
 from flashpoint.cli import app, main
 from flashpoint.cli.gpus import device_table, summary_table
 from flashpoint.cli.output import device_row, model_summary
 from flashpoint.config import Settings
 from flashpoint.embedded import EmbeddedServer
 from flashpoint.fleet.inventory import Device
+from flashpoint.sdk import default_connection
 
 FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"
 

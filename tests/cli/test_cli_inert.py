@@ -29,7 +29,7 @@ from flashpoint.environments import BuildFailure, BuildProgress, EnvironmentCach
 from flashpoint.environments.lock import KeyLock
 from flashpoint.environments.records import write_json
 from flashpoint.explain import Code, Explanation, OtherProcess, WaitReason
-from flashpoint.progress import waiting_text
+from flashpoint.sdk.progress import waiting_text
 from tests.test_terminal import raw_characters
 
 #: OSC 52 (writes the clipboard), a screen clear, a C1 CSI, a carriage return, a bidi override

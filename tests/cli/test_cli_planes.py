@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from flashpoint import ConfigError, Endpoint, GpuType, InvalidTransitionError, NotFoundError, default_connection
+from flashpoint import ConfigError, Endpoint, GpuType, InvalidTransitionError, NotFoundError
 from flashpoint.cli import app
 from flashpoint.cli.live import DEV, SERVER, URL, Unreachable, describe, live_planes
 from flashpoint.cli.target import planes
 from flashpoint.config import Settings
 from flashpoint.embedded import EmbeddedServer
 from flashpoint.errors import BadInputError
+from flashpoint.sdk import default_connection
 from flashpoint.server import announce
 
 FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"

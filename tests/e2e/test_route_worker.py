@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from flashpoint import Endpoint
-from flashpoint.routes import route_target
+from flashpoint.sdk.routes import route_target
 from tests.conftest import ROOT, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -21,9 +21,9 @@ from typing import Any
 from typing_extensions import assert_type
 
 from flashpoint import Endpoint, EndpointJob, JobFailedError, JobView
-from flashpoint.client import HTTPConnection
-from flashpoint.endpoint import Connection, EndpointClient, ServerConnection
-from flashpoint.endpointclient import RouteCall
+from flashpoint.sdk.client import HTTPConnection
+from flashpoint.sdk.endpoint import Connection, EndpointClient, ServerConnection
+from flashpoint.sdk.endpointclient import RouteCall
 from flashpoint.explain import Explanation
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing_extensions import assert_type
 
 from flashpoint import Endpoint
-from flashpoint.endpointclient import RouteCall
+from flashpoint.sdk.endpointclient import RouteCall
 from flashpoint.spec import WorkerTarget
 
 api = Endpoint(name="my-api", workers=(1, 3))

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from flashpoint.routes import Route
+from flashpoint.sdk.routes import Route
 from flashpoint.worker.routeapp import create_app
 
 pytestmark = pytest.mark.timeout(30)

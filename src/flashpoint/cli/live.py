@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 
-from flashpoint.client import error_for
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, Error, NotFoundError
 from flashpoint.scheduler.ownership.leases import process_alive
+from flashpoint.sdk.client import error_for
 
 #: seconds to wait for a plane's answer; planes answer from memory, so anything slower means it is stuck
 TIMEOUT_S = 5.0

@@ -23,8 +23,8 @@ import typer
 
 from flashpoint import flashalias
 from flashpoint.discovery import load_module
-from flashpoint.endpoint import EndpointClass, EndpointFunction
 from flashpoint.errors import ConfigError, JobFailedError
+from flashpoint.sdk.endpoint import EndpointClass, EndpointFunction
 from flashpoint.terminal import inert, json_text
 
 #: the command's click settings: every word after SCRIPT is the script's (``flashpoint run app.py --help`` hands

@@ -51,7 +51,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from flashpoint.routes import Route, path_params
+from flashpoint.sdk.routes import Route, path_params
 from flashpoint.wire import bodylimit
 from flashpoint.wire.bodylimit import BodyLimit
 from flashpoint.wire.protocol import ROUTE_SECRET_ENV, ROUTE_SECRET_HEADER

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 
 import uvicorn
 
-from flashpoint.routes import route_table
+from flashpoint.sdk.routes import route_table
 from flashpoint.wire.protocol import ROUTE_SECRET_ENV, ROUTE_SECRET_HEADER
 from flashpoint.worker import isolation
 from flashpoint.worker.handler import dependency_problem, load_target

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from flashpoint.context import current_job_id, reset_current_job, set_current_job
 from flashpoint.jobs import Reason
+from flashpoint.sdk.context import current_job_id, reset_current_job, set_current_job
 from flashpoint.wire import codec, protocol
 from flashpoint.worker import isolation
 from flashpoint.worker.handler import Emit, Handler, HandlerError, error_body, load_target, max_instances

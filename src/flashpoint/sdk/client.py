@@ -43,8 +43,8 @@ from flashpoint.errors import (
     UnsatisfiableError,
 )
 from flashpoint.explain import Explanation
-from flashpoint.jobhandle import job_failure
 from flashpoint.jobs import JobStatus, JobView
+from flashpoint.sdk.jobhandle import job_failure
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.wire import codec
 

@@ -20,7 +20,7 @@ from flashpoint.jobs import JobStatus
 from flashpoint.terminal import inert
 
 if TYPE_CHECKING:
-    from flashpoint.connection import Connection
+    from flashpoint.sdk.connection import Connection
 
 log = logging.getLogger("flashpoint")
 

@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from flashpoint.config import Settings
-from flashpoint.connection import ServerConnection
-from flashpoint.default_connection import connect
-from flashpoint.endpointjob import EndpointJob, run_job, runsync_job, with_webhook
 from flashpoint.errors import ConfigError
 from flashpoint.jobs import JobView
+from flashpoint.sdk.connection import ServerConnection
+from flashpoint.sdk.default_connection import connect
+from flashpoint.sdk.endpointjob import EndpointJob, run_job, runsync_job, with_webhook
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation
@@ -74,7 +74,7 @@ class ClientMethods:
             raise ConfigError(
                 f"Endpoint(id={self.id!r}) needs a connection to a flashpoint server, but the connection in use "
                 f"({type(conn).__name__}) is an in-process control plane; unset it with "
-                "flashpoint.default_connection.use(None)"
+                "flashpoint.sdk.default_connection.use(None)"
             )
         return conn
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from flashpoint.errors import Error
 
 if TYPE_CHECKING:
-    from flashpoint.connection import Connection
+    from flashpoint.sdk.connection import Connection
     from flashpoint.spec import EndpointSpec, WorkerTarget
 
 log = logging.getLogger("flashpoint.endpoint")

@@ -40,7 +40,7 @@ __all__ = [
 
 #: the key of the pickled table a route worker loads with ``--routes --pickle``:
 #: ``{ROUTES_KEY: [(method, path, function), ...]}``
-ROUTES_KEY = "flashpoint.routes"
+ROUTES_KEY = "flashpoint.sdk.routes"
 
 #: one route as a worker serves it: (method, path, function)
 Route = tuple[str, str, Callable[..., Any]]

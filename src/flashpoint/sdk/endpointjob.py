@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashpoint.connection import Connection, ServerConnection
 from flashpoint.errors import ConfigError, JobFailedError
-from flashpoint.jobhandle import JobHandle
 from flashpoint.jobs import JobStatus, JobView
+from flashpoint.sdk.connection import Connection, ServerConnection
+from flashpoint.sdk.jobhandle import JobHandle
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation

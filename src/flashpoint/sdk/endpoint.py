@@ -14,18 +14,18 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from flashpoint import progress
-from flashpoint.callargs import encode_bound, naming_refused
-from flashpoint.connection import Connection, ServerConnection
-from flashpoint.default_connection import connect
-from flashpoint.endpointclient import ClientMethods, closing
-from flashpoint.endpointjob import EndpointJob, run_job, runsync_job, with_webhook
 from flashpoint.errors import InvalidEndpointError
-from flashpoint.jobhandle import JobHandle, job_result
 from flashpoint.jobs import JobView
-from flashpoint.mapping import MapMethods
-from flashpoint.references import register_named
-from flashpoint.routes import RouteMethods
+from flashpoint.sdk import progress
+from flashpoint.sdk.callargs import encode_bound, naming_refused
+from flashpoint.sdk.connection import Connection, ServerConnection
+from flashpoint.sdk.default_connection import connect
+from flashpoint.sdk.endpointclient import ClientMethods, closing
+from flashpoint.sdk.endpointjob import EndpointJob, run_job, runsync_job, with_webhook
+from flashpoint.sdk.jobhandle import JobHandle, job_result
+from flashpoint.sdk.mapping import MapMethods
+from flashpoint.sdk.references import register_named
+from flashpoint.sdk.routes import RouteMethods
 from flashpoint.spec import (
     NAME,
     OPTIONS,

@@ -23,10 +23,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator
 from typing import Any
 
-from flashpoint import progress
 from flashpoint.errors import JobFailedError
-from flashpoint.jobhandle import JobHandle, job_failure, job_result
 from flashpoint.jobs import JobStatus, JobView
+from flashpoint.sdk import progress
+from flashpoint.sdk.jobhandle import JobHandle, job_failure, job_result
 
 log = logging.getLogger("flashpoint")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from flashpoint.connection import Connection
 from flashpoint.errors import JobCancelledError, JobFailedError, JobTimeoutError
 from flashpoint.jobs import JobStatus, JobView, Reason
+from flashpoint.sdk.connection import Connection
 from flashpoint.wire import codec
 
 if TYPE_CHECKING:
