@@ -1,4 +1,4 @@
-"""``runpod_flash`` as flashpoint (flashalias): scoped install and restore, the stand-in's surface, and its three
+"""``runpod_flash`` as flashpoint (flash.alias): scoped install and restore, the stand-in's surface, and its three
 users: discovery, the worker loading code (import and unpickle), ``flashpoint run``. Real processes and Runpod Flash's
 own client: tests/e2e/test_flash_client.py."""
 
@@ -20,9 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 import flashpoint
-from flashpoint import flashalias
 from flashpoint.cli import app
 from flashpoint.discovery import load_endpoints
+from flashpoint.flash import alias as flashalias
 from flashpoint.sdk.endpoint import EndpointClass, EndpointFunction
 from flashpoint.worker.handler import load_target, load_targets
 

@@ -38,10 +38,10 @@ from flashpoint import (
     ServerlessEndpoint,
     ServerlessScalerType,
     ServerlessType,
-    flash as flash_module,
     remote,
 )
 from flashpoint.errors import InvalidEndpointError
+from flashpoint.flash import names as flash_module
 from flashpoint.sdk.endpoint import EndpointFunction
 
 #: runpod_flash.__all__ (1.21.0)

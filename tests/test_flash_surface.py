@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import flashpoint
-from flashpoint import flash
+from flashpoint.flash import names
 from flashpoint.gpus import pool_models
 from flashpoint.spec import OPTIONS
 from tests.flashvenv import FLASH_VERSION, FlashVenv
@@ -185,14 +185,14 @@ def test_remote_parameter_names(flash_surface: dict[str, Any]) -> None:
 
 
 def test_value_type_fields(flash_surface: dict[str, Any]) -> None:
-    volume = {f.name for f in dataclasses.fields(flash.NetworkVolume)}
+    volume = {f.name for f in dataclasses.fields(names.NetworkVolume)}
     assert set(flash_surface["NetworkVolume"]) - volume == {"dataCenterId"}
     assert "NetworkVolume.dataCenterId" in OTHER_DIFFERENCES
     defaults = flash_surface["NetworkVolume.defaults"]
-    probe = flash.NetworkVolume(name="probe")
+    probe = names.NetworkVolume(name="probe")
     assert (probe.size, probe.dataCenterId.value) == (defaults["size"], defaults["dataCenterId"])
 
-    template = {f.name: f.default for f in dataclasses.fields(flash.PodTemplate)}
+    template = {f.name: f.default for f in dataclasses.fields(names.PodTemplate)}
     assert set(flash_surface["PodTemplate"]) - set(template) == {"id"}
     assert "PodTemplate.id" in OTHER_DIFFERENCES
     for name, default in flash_surface["PodTemplate"].items():

@@ -58,11 +58,11 @@ def test_package_docstring() -> None:
 
 
 def test_runpod_flash_names_are_exported() -> None:
-    from flashpoint import flash
+    from flashpoint.flash import names
 
-    assert set(flash.__all__) <= set(flashpoint.__all__)
-    for name in flash.__all__:
-        assert getattr(flashpoint, name) is getattr(flash, name)
+    assert set(names.__all__) <= set(flashpoint.__all__)
+    for name in names.__all__:
+        assert getattr(flashpoint, name) is getattr(names, name)
 
 
 def test_legacy_aliases_say_they_are_deprecated() -> None:

@@ -26,7 +26,7 @@ from flashpoint.errors import (
     UnsatisfiableError,
 )
 from flashpoint.explain import Explanation
-from flashpoint.flash import (
+from flashpoint.flash.names import (
     CPU_DATACENTERS,
     DEFAULT_WORKERS_MAX,
     DEFAULT_WORKERS_MIN,

@@ -14,8 +14,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeAlias
 
-from flashpoint import flashalias
 from flashpoint.errors import ConfigError
+from flashpoint.flash import alias
 from flashpoint.sdk.endpoint import Endpoint, EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.sdk.routes import is_route_endpoint
 
@@ -163,7 +163,7 @@ def load_module(source: str) -> ModuleType:
     Raises:
         ConfigError: a missing file, a name that cannot be imported, or an import that failed (with its error).
     """
-    with flashalias.installed():
+    with alias.installed():
         return _load_file(source) if _is_path(source) else _load_dotted(source)
 
 

@@ -2,7 +2,7 @@
 ``NetworkVolume``, ``PodTemplate`` and Flash's constants, with Flash's values.
 
 A leaf of the domain layer (standard library and ``errors`` only): ``spec`` validates ``Endpoint`` options with these,
-and ``flashpoint.flash`` re-exports them beside Flash's legacy aliases.
+and ``flashpoint.flash.names`` re-exports them beside Flash's legacy aliases.
 """
 
 from __future__ import annotations

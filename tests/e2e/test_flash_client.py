@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from flashpoint import flashalias
+from flashpoint.flash import alias
 from tests.conftest import ROOT, SERVER_GPUS, Served
 from tests.flashvenv import FlashVenv
 
@@ -71,7 +71,7 @@ def test_flashpoint_stands_in_for_every_public_flash_name(flash_venv: FlashVenv,
         check=False,
     )
     assert listed.returncode == 0, listed.stderr
-    assert tuple(json.loads(listed.stdout)) == flashalias.FLASH_NAMES
+    assert tuple(json.loads(listed.stdout)) == alias.FLASH_NAMES
 
 
 def test_flashs_own_client_calls_a_served_flash_app(

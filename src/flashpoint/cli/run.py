@@ -21,9 +21,9 @@ from typing import Annotated, Any
 
 import typer
 
-from flashpoint import flashalias
 from flashpoint.discovery import load_module
 from flashpoint.errors import ConfigError, JobFailedError
+from flashpoint.flash import alias
 from flashpoint.sdk.endpoint import EndpointClass, EndpointFunction
 from flashpoint.terminal import inert, json_text
 
@@ -103,7 +103,7 @@ def run_script(script: Path, args: Sequence[str]) -> None:
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))
     try:
-        with flashalias.installed():
+        with alias.installed():
             runpy.run_path(str(path), run_name="__main__")
     except (SystemExit, KeyboardInterrupt):
         raise
@@ -217,7 +217,7 @@ def _check_call(fn: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> 
 def call_function(source: str, name: str, words: Sequence[str]) -> None:
     """Import ``source``, call ``name`` with the arguments in ``words`` and print what it returns (or yields)."""
     args, kwargs = parse_arguments(words)
-    with flashalias.installed():
+    with alias.installed():
         fn = find_function(source, name)
         _check_call(fn, name, args, kwargs)
         try:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from pathlib import Path
 from typing import Any
 
-from flashpoint import flashalias
+from flashpoint.flash import alias
 from flashpoint.jobs import Reason
 from flashpoint.wire import codec, protocol
 
@@ -36,7 +36,7 @@ def load_target(import_path: str | None = None, pickle_file: str | None = None) 
     ``runpod_flash`` is flashpoint while the code imports or unpickles (``flashalias``), as it was where the plane
     loaded it: a Flash app's module imports it, and cloudpickle names it in code shipped from such a module.
     """
-    with flashalias.installed():
+    with alias.installed():
         return _load(import_path, pickle_file)
 
 

@@ -106,7 +106,7 @@ def alias_module() -> ModuleType:
     if _module is None:
         import flashpoint
 
-        module = ModuleType(MODULE, "Runpod Flash's public names, provided by flashpoint (flashpoint.flashalias).")
+        module = ModuleType(MODULE, "Runpod Flash's public names, provided by flashpoint (flashpoint.flash.alias).")
         provided = [name for name in FLASH_NAMES if hasattr(flashpoint, name)]
         vars(module).update({name: getattr(flashpoint, name) for name in provided})
         vars(module).update(
