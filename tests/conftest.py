@@ -18,7 +18,7 @@ from typing import IO, Any, TypeVar
 import pytest
 
 from flashpoint.config import Settings
-from flashpoint.embedded import EmbeddedServer
+from flashpoint.hosting.embedded import EmbeddedServer
 from flashpoint.sdk import default_connection
 from tests.flashvenv import FlashVenv, build as build_flash_venv
 

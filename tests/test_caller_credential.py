@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from flashpoint import Endpoint, GpuType
-from flashpoint.embedded import EmbeddedServer
+from flashpoint.hosting.embedded import EmbeddedServer
 from flashpoint.scheduler import credentials
 from flashpoint.scheduler.credentials import caller_credential, caller_of, route_credential, worker_credential
 

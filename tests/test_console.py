@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from flashpoint.console import job_level, job_line
+from flashpoint.hosting.console import job_level, job_line
 from flashpoint.jobs import JobError, JobStatus, JobView, Placement, Reason
 from flashpoint.wire.protocol import line_level
 

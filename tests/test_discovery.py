@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flashpoint import ConfigError
-from flashpoint.discovery import load_endpoints, load_module, split_target
+from flashpoint.hosting.discovery import load_endpoints, load_module, split_target
 from flashpoint.sdk.endpoint import EndpointClass, EndpointFunction
 from flashpoint.worker.handler import load_target
 

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 import flashpoint
 from flashpoint.cli import app
-from flashpoint.discovery import load_endpoints
 from flashpoint.flash import alias as flashalias
+from flashpoint.hosting.discovery import load_endpoints
 from flashpoint.sdk.endpoint import EndpointClass, EndpointFunction
 from flashpoint.worker.handler import load_target, load_targets
 
@@ -134,7 +134,7 @@ def test_scopes_nest_and_an_alias_dropped_inside_comes_back() -> None:
 
 def test_import_flashpoint_never_installs_the_alias() -> None:
     code = (
-        "import sys, flashpoint, flashpoint.discovery, flashpoint.worker.handler\n"
+        "import sys, flashpoint, flashpoint.hosting.discovery, flashpoint.worker.handler\n"
         "assert 'runpod_flash' not in sys.modules\n"
         "try:\n    import runpod_flash\nexcept ModuleNotFoundError:\n    print('absent')\n"
     )

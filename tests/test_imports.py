@@ -17,9 +17,9 @@ HEAVY = ("fastapi", "starlette", "pydantic", "typer", "uvicorn", "ray", "httpx",
 #: flashpoint's own layers that the SDK reaches only on the first call (the embedded server or the client), or never
 LAYERS = (
     "flashpoint.api",
-    "flashpoint.server",
-    "flashpoint.embedded",
-    "flashpoint.hosting",
+    "flashpoint.hosting.server",
+    "flashpoint.hosting.embedded",
+    "flashpoint.hosting.plane",
     "flashpoint.sdk.client",
     "flashpoint.cli",
     "flashpoint.backends",
@@ -89,5 +89,5 @@ def test_import_and_declaring_load_no_server_layer(after_import: list[str], afte
 
 
 def test_the_ray_backend_module_loads_ray_only_when_it_talks_to_a_cluster() -> None:
-    modules = _modules_after("import flashpoint.backends.ray, flashpoint.server, flashpoint.embedded")
+    modules = _modules_after("import flashpoint.backends.ray, flashpoint.hosting.server, flashpoint.hosting.embedded")
     assert _loaded(modules, ("ray",)) == []

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from flashpoint.config import Settings
-from flashpoint.embedded import EmbeddedServer
 from flashpoint.environments import EnvironmentCache
+from flashpoint.hosting.embedded import EmbeddedServer
+from flashpoint.hosting.server import announce
 from flashpoint.jobs import Job
 from flashpoint.private import private_dir, private_file
-from flashpoint.server import announce
 from flashpoint.store.sqlite import SQLiteJobStore
 from tests.test_environments_cache import lay_out
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from flashpoint import Endpoint, InvalidEndpointError
-from flashpoint.discovery import load_endpoints
+from flashpoint.hosting.discovery import load_endpoints
 from flashpoint.sdk.endpoint import EndpointClient, EndpointFunction
 from flashpoint.sdk.endpointclient import RouteCall
 from flashpoint.sdk.routes import ROUTES_KEY, is_route_endpoint, path_params, route_table, route_target

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from flashpoint import Endpoint, GpuGroup, InvalidEndpointError
-from flashpoint.discovery import load_endpoints
 from flashpoint.errors import BadInputError
+from flashpoint.hosting.discovery import load_endpoints
+from flashpoint.hosting.server import input_checkers
 from flashpoint.jobs import Reason
-from flashpoint.server import input_checkers
 from flashpoint.spec import TARGETS_KEY, options_of, worker_target_for, worker_target_for_all
 from flashpoint.wire import codec
 from flashpoint.worker.handler import Handler, HandlerError

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from flashpoint.discovery import AnyEndpoint, load_endpoints, load_module
 from flashpoint.errors import Error
+from flashpoint.hosting.discovery import AnyEndpoint, load_endpoints, load_module
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.sdk.routes import is_route_endpoint, route_table
 from flashpoint.spec import EndpointSpec, WorkerTarget

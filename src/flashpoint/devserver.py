@@ -45,10 +45,10 @@ from flashpoint.devlayout import (
     spec_of,
 )
 from flashpoint.errors import BadInputError, ConfigError, Error, NotFoundError
-from flashpoint.hosting import bind_port, http_url, loopback, open_backend
+from flashpoint.hosting.plane import bind_port, http_url, loopback, open_backend
+from flashpoint.hosting.server import announce, input_checkers
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.server import announce, input_checkers
 from flashpoint.spec import WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 from flashpoint.wire import codec

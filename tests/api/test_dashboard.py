@@ -21,8 +21,8 @@ from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.dashboard import ASSETS, CSP, docs_page
 from flashpoint.api.runpod import Intake
 from flashpoint.config import Settings
-from flashpoint.embedded import EmbeddedServer, dashboard_line
 from flashpoint.errors import ConfigError
+from flashpoint.hosting.embedded import EmbeddedServer, dashboard_line
 from tests.scheduler.door import BASE_URL, open_door
 
 KEY = "test-key"
@@ -323,7 +323,7 @@ SCRIPT = textwrap.dedent(
     """
     import sys, urllib.request
     from flashpoint.config import Settings
-    from flashpoint.embedded import EmbeddedServer
+    from flashpoint.hosting.embedded import EmbeddedServer
 
     server = EmbeddedServer(Settings.load(env={"FLASHPOINT_SIMULATED_GPUS": "NVIDIA_H200:1",
                                                "FLASHPOINT_STATE_DIR": sys.argv[1]})).start()

@@ -12,7 +12,7 @@ import httpx
 
 from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.runpod import Intake
-from flashpoint.embedded import EmbeddedServer
+from flashpoint.hosting.embedded import EmbeddedServer
 from tests.scheduler.door import BASE_URL, open_door
 
 DOCS = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")

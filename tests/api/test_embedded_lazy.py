@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys, urllib.error, urllib.request
     from flashpoint.config import Settings
-    from flashpoint.embedded import EmbeddedServer
+    from flashpoint.hosting.embedded import EmbeddedServer
 
     heavy = ("fastapi", "aiohttp", "flashpoint.api.runpod", "flashpoint.api.routeproxy")
 

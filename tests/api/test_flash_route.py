@@ -18,8 +18,8 @@ from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.flashroute import FLASH_PATH
 from flashpoint.api.native import job_body
 from flashpoint.api.runpod import Intake
+from flashpoint.hosting.server import input_checkers
 from flashpoint.jobs import JobStatus
-from flashpoint.server import input_checkers
 from flashpoint.worker.handler import error_body
 from tests.scheduler.door import BASE_URL, TARGET, Door, open_door
 

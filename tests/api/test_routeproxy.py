@@ -426,7 +426,7 @@ async def test_route_metrics_count_requests_by_template_and_status_and_show_requ
 
 
 async def test_the_embedded_server_serves_route_endpoints_with_its_key() -> None:
-    from flashpoint.embedded import _LazyRoutes
+    from flashpoint.hosting.embedded import _LazyRoutes
 
     door = await open_door()
     calls: list[str] = []

@@ -20,8 +20,8 @@ from flashpoint.cli import app, main
 from flashpoint.cli.gpus import device_table, summary_table
 from flashpoint.cli.output import device_row, model_summary
 from flashpoint.config import Settings
-from flashpoint.embedded import EmbeddedServer
 from flashpoint.fleet.inventory import Device
+from flashpoint.hosting.embedded import EmbeddedServer
 from flashpoint.sdk import default_connection
 
 FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"

@@ -22,10 +22,10 @@ from flashpoint.cli import app
 from flashpoint.cli.live import DEV, SERVER, URL, Unreachable, describe, live_planes
 from flashpoint.cli.target import planes
 from flashpoint.config import Settings
-from flashpoint.embedded import EmbeddedServer
 from flashpoint.errors import BadInputError
+from flashpoint.hosting.embedded import EmbeddedServer
+from flashpoint.hosting.server import announce
 from flashpoint.sdk import default_connection
-from flashpoint.server import announce
 
 FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"
 JOB_ID = re.compile(r"^[0-9a-f]{24}-fp$")

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from flashpoint import ConfigError
 from flashpoint.cli import app
 from flashpoint.config import Settings
-from flashpoint.server import Server
+from flashpoint.hosting.server import Server
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flashpoint.embedded import EmbeddedServer
+from flashpoint.hosting.embedded import EmbeddedServer
 from tests.apps import fanout_app
 from tests.conftest import ROOT, Served, start_serve_process
 

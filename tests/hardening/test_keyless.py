@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flashpoint.embedded import EmbeddedServer
+from flashpoint.hosting.embedded import EmbeddedServer
 from tests.conftest import ROOT, Served, stop_process, until
 from tests.server.test_hostile_connections import wait_closed
 

@@ -91,7 +91,7 @@ class Users:
 
 
 #: what another user's interpreter must import
-IMPORTS = "import flashpoint.server, tests.hardening.leaseuser"
+IMPORTS = "import flashpoint.hosting.server, tests.hardening.leaseuser"
 
 
 def python_for_users(user: User) -> str | None:

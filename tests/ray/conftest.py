@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from flashpoint.backends.ray import quiet_ray
-from flashpoint.embedded import EmbeddedServer
+from flashpoint.hosting.embedded import EmbeddedServer
 
 quiet_ray()  # before Ray is imported anywhere in this process
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from flashpoint import Endpoint, GpuType
-from flashpoint.embedded import EmbeddedServer
+from flashpoint.hosting.embedded import EmbeddedServer
 from tests.conftest import eventually
 from tests.ray.raystart import RayStartCluster, wait_gone
 

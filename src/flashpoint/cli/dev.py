@@ -15,8 +15,8 @@ import typer
 
 from flashpoint.cli.serve import BodyTimeoutOption, HeaderTimeoutOption, MaxConnectionsOption, _api_keys
 from flashpoint.config import Settings
-from flashpoint.console import inert_handler
 from flashpoint.errors import ConfigError
+from flashpoint.hosting.console import inert_handler
 from flashpoint.terminal import inert
 
 

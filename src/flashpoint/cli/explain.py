@@ -32,13 +32,13 @@ from flashpoint.cli.output import (
 )
 from flashpoint.cli.target import KeyOption, UrlOption, ask, planes, where
 from flashpoint.config import Settings
-from flashpoint.discovery import load_endpoints, split_target
 from flashpoint.errors import ConfigError, Error, NotFoundError
 from flashpoint.explain import Code, Explanation, OtherProcess, WaitReason
 from flashpoint.fleet.discovery import discover_fleet, host_node
 from flashpoint.fleet.inventory import Fleet, fleet_summary, nodes_summary
 from flashpoint.fleet.simulated import SimulatedFleet, is_file_reference, load_fleet, read_fleet
 from flashpoint.gpus import describe as describe_gpu
+from flashpoint.hosting.discovery import load_endpoints, split_target
 from flashpoint.scheduler.optionnotes import host_option_notes
 from flashpoint.scheduler.placement.fit import CpuFit, NoFit, endpoint_notes, never_candidates, place_endpoint
 from flashpoint.scheduler.placement.index import FleetIndex

@@ -21,9 +21,9 @@ from typing import Annotated, Any
 
 import typer
 
-from flashpoint.discovery import load_module
 from flashpoint.errors import ConfigError, JobFailedError
 from flashpoint.flash import alias
+from flashpoint.hosting.discovery import load_module
 from flashpoint.sdk.endpoint import EndpointClass, EndpointFunction
 from flashpoint.terminal import inert, json_text
 

@@ -11,11 +11,11 @@ from typing import Annotated
 
 import typer
 
-from flashpoint import console
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
+from flashpoint.hosting import console
+from flashpoint.hosting.server import Server
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
-from flashpoint.server import Server
 from flashpoint.wire import codec
 
 _MIB = 1024 * 1024

@@ -50,7 +50,7 @@ def connect() -> Connection:
                 "env={'FLASHPOINT_URL': 'http://HOST:PORT', 'FLASHPOINT_API_KEY': '...'}, or call the function "
                 "directly (fn.local(...))"
             )
-        from flashpoint.embedded import EmbeddedServer, show_worker_output  # noqa: TID251
+        from flashpoint.hosting.embedded import EmbeddedServer, show_worker_output  # noqa: TID251
 
         show_worker_output()
         embedded = EmbeddedServer(settings).start()

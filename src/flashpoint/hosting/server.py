@@ -16,17 +16,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flashpoint import console
 from flashpoint.config import Settings
 from flashpoint.errors import BadInputError, ConfigError
-from flashpoint.hosting import http_url, listening_socket, loopback, open_backend
+from flashpoint.hosting import console
+from flashpoint.hosting.plane import http_url, listening_socket, loopback, open_backend
 from flashpoint.private import private_dir
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.wire import codec
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flashpoint.server")
 
 
 def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[Any], None]:
@@ -186,7 +186,7 @@ class Server:
         from flashpoint.api.loopguard import LoopbackGuard, host_names
         from flashpoint.api.runpod import Intake
         from flashpoint.api.transport import hardened_protocol
-        from flashpoint.discovery import load_endpoints
+        from flashpoint.hosting.discovery import load_endpoints
         from flashpoint.store.sqlite import SQLiteJobStore
 
         handles = load_endpoints(self.target)

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, UnsatisfiableError
 from flashpoint.explain import Explanation
-from flashpoint.hosting import http_url, listening_socket, open_backend
+from flashpoint.hosting.plane import http_url, listening_socket, open_backend
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.private import private_dir
 from flashpoint.scheduler.loop import ControlPlane
