@@ -26,9 +26,9 @@ from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.runpod import Intake
 from flashpoint.cli import app as cli_app
 from flashpoint.config import Settings
-from flashpoint.devdocs import docs_page
-from flashpoint.devlayout import Changes, Layout, build_layout, changes, is_project_path, load_project, project_files
-from flashpoint.devserver import EMPTY_INPUT, DevApp, DevServer, DevSession, bind_port
+from flashpoint.dev.docs import docs_page
+from flashpoint.dev.layout import Changes, Layout, build_layout, changes, is_project_path, load_project, project_files
+from flashpoint.dev.server import EMPTY_INPUT, DevApp, DevServer, DevSession, bind_port
 from flashpoint.errors import ConfigError
 from flashpoint.jobs import JobStatus, Reason
 from flashpoint.spec import WorkerTarget

@@ -56,7 +56,7 @@ EDGE = (
     "flashpoint.hosting.server",
     "flashpoint.hosting.embedded",
     "flashpoint.hosting.plane",
-    "flashpoint.devserver",
+    "flashpoint.dev.server",
 )
 #: the only edges from outside the edge into it: the SDK's default connection, importing lazily what it starts
 SEAMS = {

@@ -51,7 +51,7 @@ def dev(
     def say(text: str) -> None:
         print(inert(text), flush=True)
 
-    from flashpoint.devserver import DevServer  # FastAPI and the server: loaded when `dev` runs, not for every command
+    from flashpoint.dev.server import DevServer  # FastAPI and the server: loaded when `dev` runs, not for every command
 
     DevServer(
         folder, settings=settings, host=host, port=port, reload=reload, api_keys=keys, max_connections=max_connections,

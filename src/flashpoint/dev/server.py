@@ -31,8 +31,8 @@ from flashpoint.api.runpod import Intake, parse_body, submit_checked
 from flashpoint.api.workers import key_matches
 from flashpoint.backends.local import python_env
 from flashpoint.config import Settings
-from flashpoint.devdocs import docs_page
-from flashpoint.devlayout import (
+from flashpoint.dev.docs import docs_page
+from flashpoint.dev.layout import (
     Call,
     Changes,
     Layout,

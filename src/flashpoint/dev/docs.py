@@ -12,7 +12,7 @@ import re
 import shlex
 from typing import Any
 
-from flashpoint.devlayout import Layout, RouteEntry
+from flashpoint.dev.layout import Layout, RouteEntry
 
 __all__ = ["docs_page"]
 
