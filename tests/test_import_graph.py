@@ -33,7 +33,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 CORE = (
     "flashpoint._version",
     "flashpoint.errors",
-    "flashpoint.types",
     "flashpoint.config",
     "flashpoint.gpus",
     "flashpoint.jobs",

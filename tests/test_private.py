@@ -19,7 +19,7 @@ from flashpoint.hosting.server import announce
 from flashpoint.jobs import Job
 from flashpoint.private import private_dir, private_file
 from flashpoint.store.sqlite import SQLiteJobStore
-from tests.test_environments_cache import lay_out
+from tests.environments.test_cache import lay_out
 
 
 def mode(path: Path) -> int:

@@ -1,5 +1,5 @@
 """Endpoints whose calls carry positional arguments: ``*values``, a positional-only parameter, and a class whose
-constructor takes positional arguments (tests/server/test_positional_remote.py calls them over FLASHPOINT_URL)."""
+constructor takes positional arguments (tests/hosting/test_positional_remote.py calls them over FLASHPOINT_URL)."""
 
 from __future__ import annotations
 

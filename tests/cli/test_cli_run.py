@@ -1,6 +1,6 @@
 """``flashpoint run FILE::FUNCTION --name value``: one function of a file called with keyword arguments from the
 command line, its result printed (plain functions here; an endpoint on a worker in tests/e2e/test_cli_server.py).
-``flashpoint run SCRIPT`` keeps running scripts (tests/test_flash_alias.py)."""
+``flashpoint run SCRIPT`` keeps running scripts (tests/flash/test_alias.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``fn.map`` and ``fn.starmap`` against an embedded server with real workers on two simulated GPUs: many jobs, in
 order or as they finish, and a failure among them. The rules (windows, cancellation, the bar's counts) are exact in
-tests/test_mapping.py over a scripted connection."""
+tests/sdk/test_mapping.py over a scripted connection."""
 
 from __future__ import annotations
 

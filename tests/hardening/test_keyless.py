@@ -22,7 +22,7 @@ import pytest
 
 from flashpoint.hosting.embedded import EmbeddedServer
 from tests.conftest import ROOT, Served, stop_process, until
-from tests.server.test_hostile_connections import wait_closed
+from tests.hosting.test_hostile_connections import wait_closed
 
 pytestmark = [pytest.mark.slow, pytest.mark.hardening, pytest.mark.timeout(180)]
 

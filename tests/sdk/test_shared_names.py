@@ -121,7 +121,7 @@ def test_several_targets_ship_as_one_table_importable_ones_by_path() -> None:
     target = worker_target_for_all([module_a.__wrapped__, local])
     assert target.import_path is None and target.pickled is not None
     table = pickle.loads(target.pickled)[TARGETS_KEY]
-    assert table["module_a"] == "tests.test_shared_names:module_a"
+    assert table["module_a"] == "tests.sdk.test_shared_names:module_a"
     assert table["local"]({}) == "local"
     assert module_b.worker_target() == worker_target_for_all([module_a.__wrapped__, module_b.__wrapped__])
 
@@ -148,7 +148,9 @@ async def test_the_worker_runs_the_target_the_job_names() -> None:
     def local(data: dict) -> str:
         return "local"
 
-    handler = Handler({TARGETS_KEY: {"module_a": "tests.test_shared_names:module_a", "local": local, "Model": Model}})
+    handler = Handler(
+        {TARGETS_KEY: {"module_a": "tests.sdk.test_shared_names:module_a", "local": local, "Model": Model}}
+    )
     assert list(handler.targets) == ["module_a", "local", "Model"]
     assert await handler(_job("module_a", {})) == "a"
     assert await handler(_job("local", {})) == "local"
@@ -158,9 +160,17 @@ async def test_the_worker_runs_the_target_the_job_names() -> None:
 @pytest.mark.parametrize(
     ("table", "target", "message"),
     [
-        ({"a": "tests.test_shared_names:module_a", "b": "tests.test_shared_names:module_b"}, "c", "no function or"),
-        ({"a": "tests.test_shared_names:module_a", "b": "tests.test_shared_names:module_b"}, None, "several"),
-        ({"a": "tests.test_shared_names:module_a", "b": "tests.test_shared_names:module_b"}, 3, "no function or"),
+        (
+            {"a": "tests.sdk.test_shared_names:module_a", "b": "tests.sdk.test_shared_names:module_b"},
+            "c",
+            "no function or",
+        ),
+        ({"a": "tests.sdk.test_shared_names:module_a", "b": "tests.sdk.test_shared_names:module_b"}, None, "several"),
+        (
+            {"a": "tests.sdk.test_shared_names:module_a", "b": "tests.sdk.test_shared_names:module_b"},
+            3,
+            "no function or",
+        ),
     ],
 )
 async def test_a_job_naming_no_known_target_fails_user_error(table: dict, target: Any, message: str) -> None:

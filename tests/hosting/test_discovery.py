@@ -154,7 +154,7 @@ def test_a_module_without_endpoints_says_how_to_declare_one(tmp_path: Path) -> N
 
 
 def test_two_endpoints_with_one_name_and_other_options_are_refused(tmp_path: Path) -> None:
-    # with the same options they are one endpoint serving both (tests/test_shared_names.py)
+    # with the same options they are one endpoint serving both (tests/sdk/test_shared_names.py)
     path = write(
         tmp_path,
         "app_dupe.py",

@@ -16,7 +16,7 @@ from flashpoint.cli import app
 from flashpoint.environments import BuildFailure, BuildProgress, EnvironmentCache
 from flashpoint.environments.lock import KeyLock
 from flashpoint.environments.records import write_json
-from tests.test_environments_cache import DAY, lay_out
+from tests.environments.test_cache import DAY, lay_out
 
 runner = CliRunner()
 

@@ -1,6 +1,6 @@
 """Every ``Endpoint(...)`` option of Runpod Flash 1.21 is accepted, validated at decoration, and kept in the spec with
 its local meaning (issue 11, point 2). The engine's side (CPU capacity, datacenters, the CUDA floor) is tested
-through the test door in ``tests/scheduler``; volumes in ``tests/test_volumes.py``."""
+through the test door in ``tests/scheduler``; volumes in ``tests/fleet/test_volumes.py``."""
 
 from __future__ import annotations
 

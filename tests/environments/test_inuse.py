@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flashpoint.environments import EnvironmentCache
-from tests.test_environments_cache import DAY, Clock
+from tests.environments.test_cache import DAY, Clock
 
 pytestmark = pytest.mark.timeout(120)
 

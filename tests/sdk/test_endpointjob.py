@@ -38,7 +38,7 @@ from tests.conftest import eventually_async
 pytestmark = pytest.mark.timeout(60)
 
 KEY = "route-key"
-HANDLERS = Path(__file__).resolve().parent / "apps" / "handlers"
+HANDLERS = Path(__file__).resolve().parents[1] / "apps" / "handlers"
 
 
 # --------------------------------------------------------------------------------------------------------------------
