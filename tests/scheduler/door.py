@@ -27,6 +27,7 @@ from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.jobs import Job
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.records import Worker, WorkerState
+from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.spec import EndpointSpec, RouteSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 
@@ -147,8 +148,13 @@ async def open_door(
     backend = StubBackend(
         described.devices if described else (), nodes=[*kept, *replaced.values()], exit_on_stop=exit_on_stop
     )
-    # route workers' /ping is the stub's scripted one, asked again at once (the stub's probe waits for an answer)
-    options = {"probe": backend.probe, "route_poll_s": (0.0, 0.0), **options}
-    plane = ControlPlane(MemoryJobStore(), backend, worker_secret="door", clock=clock, **options)
+    # route workers' /ping is the stub's scripted one, asked again at once (the stub's probe waits for an answer);
+    # the options are the plane's settings, but for its collaborators (probe, environments, leases)
+    given = {name: options.pop(name) for name in ("probe", "environments", "leases") if name in options}
+    collaborators: dict[str, Any] = {"probe": backend.probe, **given}
+    settings = PlaneSettings(**{"route_poll_s": (0.0, 0.0), **options})
+    plane = ControlPlane(
+        MemoryJobStore(), backend, worker_secret="door", settings=settings, clock=clock, **collaborators
+    )
     await plane.start(ticking=False)
     return Door(plane, backend, clock)

@@ -49,6 +49,7 @@ from flashpoint.hosting.plane import bind_port, http_url, loopback, open_backend
 from flashpoint.hosting.server import announce, input_checkers
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.spec import WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 from flashpoint.wire import codec
@@ -514,12 +515,14 @@ class DevServer:
             MemoryJobStore(),
             backend,
             worker_secret=secrets.token_urlsafe(32),
-            take_hold_s=settings.take_hold_s,
-            worker_env=worker_env,
-            parent_pid=parent_pid,
-            node=settings.node,
-            base_url=settings.worker_url or local_url,
-            route_ready_timeout_s=settings.route_ready_timeout_s,
+            settings=PlaneSettings(
+                take_hold_s=settings.take_hold_s,
+                worker_env=worker_env,
+                parent_pid=parent_pid,
+                node=settings.node,
+                base_url=settings.worker_url or local_url,
+                route_ready_timeout_s=settings.route_ready_timeout_s,
+            ),
         )
         code_dir = tempfile.TemporaryDirectory(prefix="flashpoint-dev-")
         # this machine's CLI gets a key of its own (in the announcement), so no configured key is ever written down

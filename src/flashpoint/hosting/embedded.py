@@ -29,6 +29,7 @@ from flashpoint.hosting.plane import http_url, listening_socket, open_backend
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.private import private_dir
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.sdk.jobhandle import job_failure
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
@@ -114,12 +115,14 @@ class EmbeddedServer:
             MemoryJobStore(),
             backend,
             worker_secret=secrets.token_urlsafe(32),
-            take_hold_s=self.settings.take_hold_s,
-            worker_env=worker_env,
-            parent_pid=parent_pid,
-            node=self.settings.node,
-            base_url=self.url,
-            route_ready_timeout_s=self.settings.route_ready_timeout_s,
+            settings=PlaneSettings(
+                take_hold_s=self.settings.take_hold_s,
+                worker_env=worker_env,
+                parent_pid=parent_pid,
+                node=self.settings.node,
+                base_url=self.url,
+                route_ready_timeout_s=self.settings.route_ready_timeout_s,
+            ),
         )
         # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
         native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))

@@ -23,6 +23,7 @@ from flashpoint.hosting.plane import http_url, listening_socket, loopback, open_
 from flashpoint.private import private_dir
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.wire import codec
 
@@ -209,16 +210,18 @@ class Server:
             store,
             backend,
             worker_secret=secrets.token_urlsafe(32),
-            take_hold_s=self.settings.take_hold_s,
-            worker_env=worker_env,
-            parent_pid=parent_pid,
-            node=self.settings.node,
-            requeue_on_close=True,
-            max_result_bytes=self.max_result_bytes,
-            max_queued_jobs=self.max_queued_jobs,
-            max_queued_bytes=self.max_queued_bytes,
-            base_url=self.settings.worker_url or http_url(worker_host, port),
-            route_ready_timeout_s=self.settings.route_ready_timeout_s,
+            settings=PlaneSettings(
+                take_hold_s=self.settings.take_hold_s,
+                worker_env=worker_env,
+                parent_pid=parent_pid,
+                node=self.settings.node,
+                requeue_on_close=True,
+                max_result_bytes=self.max_result_bytes,
+                max_queued_jobs=self.max_queued_jobs,
+                max_queued_bytes=self.max_queued_bytes,
+                base_url=self.settings.worker_url or http_url(worker_host, port),
+                route_ready_timeout_s=self.settings.route_ready_timeout_s,
+            ),
         )
         plane.listen(console.log_finished)  # a line per finished job (console.py)
 

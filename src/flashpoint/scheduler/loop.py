@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.scheduler import departed, planner, readiness, views, watchdog
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, check_system, system_note
-from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS, JobBook
+from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.optionnotes import host_option_notes
 from flashpoint.scheduler.ownership.leases import DeviceLeases
 from flashpoint.scheduler.placement.fit import NoFit, endpoint_notes
@@ -40,10 +39,10 @@ from flashpoint.scheduler.readiness import Probe
 from flashpoint.scheduler.reads import PlaneReads
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.routeserving import not_a_queue_endpoint, oldest_held, same_but_routes
+from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
 from flashpoint.spec import EndpointSpec, WorkerTarget, options_of
 from flashpoint.store.base import JobStore
-from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.plane")
 worker_log = logging.getLogger("flashpoint.worker")
@@ -62,60 +61,45 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         backend: Backend,
         *,
         worker_secret: str,
+        settings: PlaneSettings | None = None,
         clock: Clock = SYSTEM_CLOCK,
-        tick_s: float = 0.1,
-        take_hold_s: float = 20.0,
-        stop_grace_s: float = 5.0,
-        python: str = sys.executable,
-        worker_env: dict[str, str] | None = None,
-        parent_pid: int | None = None,
-        node: str = "local",
-        requeue_on_close: bool = False,
-        ping_interval_s: float = 10.0,
-        lost_job_grace_s: float | None = None,
-        max_result_bytes: int = codec.MAX_RESULT_BYTES,
-        max_queued_jobs: int = MAX_QUEUED_JOBS,
-        max_queued_bytes: int = MAX_QUEUED_BYTES,
-        base_url: str = "",
         probe: Probe = readiness.ping,
-        route_ready_timeout_s: float = readiness.READY_TIMEOUT_S,
-        route_poll_s: tuple[float, float] = (readiness.FIRST_DELAY_S, readiness.MAX_DELAY_S),
         environments: EnvironmentSource | None = None,
         leases: DeviceLeases | None = None,
     ) -> None:
-        """``probe`` asks a route worker's ``/ping`` (a test door's is scripted); route workers have
-        ``route_ready_timeout_s`` to answer 200, asked after pauses growing from ``route_poll_s[0]`` to ``[1]``.
-        ``environments`` builds endpoints' environments (the environment cache at its default root when None);
-        ``leases`` the machine-wide device leases (this process's, in ``leases.lease_dir()``, when None)."""
+        """``settings`` are the plane's limits and tunables; the rest are what it is built from. ``probe`` asks a
+        route worker's ``/ping`` (a test door's is scripted); ``environments`` builds endpoints' environments (the
+        environment cache at its default root when None); ``leases`` the machine-wide device leases (this process's,
+        in ``leases.lease_dir()``, when None)."""
+        self.settings = settings = settings or PlaneSettings()
         self.store = store
         self.clock = clock
         #: never handed out: each worker gets its own credential derived from it (``worker_credential``)
         self._worker_secret = worker_secret.encode()
-        #: workers ping this often (Runpod's RUNPOD_PING_INTERVAL; at least 1 s, or Runpod's heartbeat dies)
-        self.ping_interval_s = max(1.0, ping_interval_s)
-        #: how long a worker's pings may leave out a job it holds before the worker counts as lost
-        self.lost_job_grace_s = 3 * self.ping_interval_s if lost_job_grace_s is None else lost_job_grace_s
-        #: the largest result body a worker may post (the worker routes refuse more; workers keep under it)
-        self.max_result_bytes = max_result_bytes
-        self.tick_s = tick_s
-        self.take_hold_s = take_hold_s
-        self.stop_grace_s = stop_grace_s
-        #: a durable plane puts running jobs back in the queue when it closes; an embedded one cancels them
-        self.requeue_on_close = requeue_on_close
-        self.node = node
+        self.ping_interval_s = max(1.0, settings.ping_interval_s)
+        grace = settings.lost_job_grace_s
+        self.lost_job_grace_s = 3 * self.ping_interval_s if grace is None else grace
+        self.max_result_bytes = settings.max_result_bytes
+        self.tick_s = settings.tick_s
+        self.take_hold_s = settings.take_hold_s
+        self.stop_grace_s = settings.stop_grace_s
+        self.requeue_on_close = settings.requeue_on_close
+        self.node = settings.node
         self.index = FleetIndex(backend.devices(), backend.nodes())
         self.endpoints: dict[str, EndpointState] = {}
         self.workers: dict[str, Worker] = {}
         #: every job's record, the queues and their caps, and who waits for a job
-        self.book = JobBook(store, clock, max_queued_jobs=max_queued_jobs, max_queued_bytes=max_queued_bytes)
+        self.book = JobBook(
+            store, clock, max_queued_jobs=settings.max_queued_jobs, max_queued_bytes=settings.max_queued_bytes
+        )
         self.supervisor = Supervisor(
             backend,
-            python=python,
-            worker_env=worker_env or {},
-            parent_pid=parent_pid,
-            base_url=base_url,
+            python=settings.python,
+            worker_env=dict(settings.worker_env),
+            parent_pid=settings.parent_pid,
+            base_url=settings.base_url,
             ping_interval_s=self.ping_interval_s,
-            max_result_bytes=max_result_bytes,
+            max_result_bytes=settings.max_result_bytes,
             credential=self.worker_credential,
             on_line=self._on_line,
             on_exit=self._on_exit,
@@ -123,8 +107,8 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             on_serving=self._watch_ready,
             node_of=self.index.nodes.node,
         )
-        self._init_routes(probe, route_ready_timeout_s, route_poll_s)
-        self._init_leases(leases, url=base_url, server=requeue_on_close)
+        self._init_routes(probe, settings.route_ready_timeout_s, settings.route_poll_s)
+        self._init_leases(leases, url=settings.base_url, server=settings.requeue_on_close)
         #: builds the environments of endpoints with dependencies, unless the backend does (Ray's runtime_env)
         self.envs: EnvironmentGate | None = None
         if not getattr(backend, "builds_environments", False):

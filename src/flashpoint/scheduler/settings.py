@@ -1,0 +1,48 @@
+"""A control plane's limits and tunables, as one frozen value: what its composition root decides, apart from the
+collaborators it is built from (store, backend, clock, probe, environments, leases)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from flashpoint.scheduler import readiness
+from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
+from flashpoint.wire import codec
+
+
+@dataclass(frozen=True)
+class PlaneSettings:
+    """Every field has the embedded plane's default; ``flashpoint serve`` and ``flashpoint dev`` set their own."""
+
+    #: the clock turns this often (timeouts, idle scale-down, start back-off)
+    tick_s: float = 0.1
+    #: how long a worker's job-take request is held open when no job is queued
+    take_hold_s: float = 20.0
+    #: how long a stopped worker has to exit before it is killed
+    stop_grace_s: float = 5.0
+    #: the Python that runs workers
+    python: str = sys.executable
+    #: what every worker's environment gets beside the plane's own variables
+    worker_env: dict[str, str] = field(default_factory=dict)
+    #: workers die with this process (``worker.launch --parent``); None: the backend decides
+    parent_pid: int | None = None
+    #: this machine's node name in the fleet
+    node: str = "local"
+    #: a durable plane puts running jobs back in the queue when it closes; an embedded one cancels them
+    requeue_on_close: bool = False
+    #: workers ping this often (Runpod's RUNPOD_PING_INTERVAL; at least 1 s, or Runpod's heartbeat dies)
+    ping_interval_s: float = 10.0
+    #: how long a worker's pings may leave out a job it holds before the worker counts as lost (3 pings when None)
+    lost_job_grace_s: float | None = None
+    #: the largest result body a worker may post
+    max_result_bytes: int = codec.MAX_RESULT_BYTES
+    #: the queues' caps, in jobs and in bytes of input, over all endpoints
+    max_queued_jobs: int = MAX_QUEUED_JOBS
+    max_queued_bytes: int = MAX_QUEUED_BYTES
+    #: where workers reach the plane
+    base_url: str = ""
+    #: route workers have this long to answer ``/ping`` with 200 ...
+    route_ready_timeout_s: float = readiness.READY_TIMEOUT_S
+    #: ... asked after pauses growing from the first to the second
+    route_poll_s: tuple[float, float] = (readiness.FIRST_DELAY_S, readiness.MAX_DELAY_S)
