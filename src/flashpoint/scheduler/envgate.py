@@ -37,10 +37,10 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from flashpoint.clock import Clock
+from flashpoint.scheduler.records import EnvStatus
 
 if TYPE_CHECKING:
     from flashpoint.environments import BuildFailure, Environment, Interrupt
@@ -74,29 +74,6 @@ class EnvironmentSource(Protocol):
     ) -> Environment: ...
 
     def failure(self, key: str) -> BuildFailure | None: ...
-
-
-@dataclass(slots=True)
-class EnvStatus:
-    """An endpoint's environment as the plane knows it."""
-
-    #: the requirement set's key in the cache ("" when the host satisfies it)
-    key: str
-    #: building, ready, failed, or host (no build: the host environment satisfies every requirement)
-    state: str
-    #: monotonic time the build began (or the state was reached)
-    started: float
-    #: the installer's last line (written by the building thread)
-    last_line: str = ""
-    #: the environment, once ready
-    environment: Environment | None = None
-    #: the failure, in words, with the installer's output tail
-    error: str = ""
-
-    def waiting_detail(self, now: float) -> str:
-        """The ``building_environment`` reason's words."""
-        line = f"; last line: {self.last_line}" if self.last_line else ""
-        return f"its environment (dependencies, key {self.key}) has been building for {now - self.started:.0f}s{line}"
 
 
 def first_line(text: str) -> str:

@@ -17,7 +17,7 @@ from flashpoint.scheduler.placement.nodes import CpuSlot
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
 if TYPE_CHECKING:
-    from flashpoint.scheduler.envgate import EnvStatus
+    from flashpoint.environments import Environment
 
 
 class WorkerState(str, Enum):
@@ -111,6 +111,29 @@ Taker = tuple[str, int, "asyncio.Future[list[Job]]"]
 #: a request held for a route worker: (wall time it arrived, the future that gets its worker, or the endpoint's
 #: explanation when it is given up)
 Held = tuple[float, "asyncio.Future[Worker | Explanation]"]
+
+
+@dataclass(slots=True)
+class EnvStatus:
+    """An endpoint's environment as the plane knows it."""
+
+    #: the requirement set's key in the cache ("" when the host satisfies it)
+    key: str
+    #: building, ready, failed, or host (no build: the host environment satisfies every requirement)
+    state: str
+    #: monotonic time the build began (or the state was reached)
+    started: float
+    #: the installer's last line (written by the building thread)
+    last_line: str = ""
+    #: the environment, once ready
+    environment: Environment | None = None
+    #: the failure, in words, with the installer's output tail
+    error: str = ""
+
+    def waiting_detail(self, now: float) -> str:
+        """The ``building_environment`` reason's words."""
+        line = f"; last line: {self.last_line}" if self.last_line else ""
+        return f"its environment (dependencies, key {self.key}) has been building for {now - self.started:.0f}s{line}"
 
 
 @dataclass(slots=True, eq=False)
