@@ -1,12 +1,17 @@
-"""flashpoint's import graph: no cycle, and the core never imports the edge (docs/architecture.md, "Layers").
+"""flashpoint's import graph: imports run one way, down the layers, by unit (docs/architecture.md, "Layers").
+
+A unit is a flat module of the vocabulary or a top-level package with everything under it; ``ORDER`` lists them bottom
+to top. Every import between two units goes down that list, except the designed lazy seams (``SEAMS``, by module,
+each inside a function), and no cycle closes between modules, whether through module-level imports, imports inside
+functions or imports for types only. The map's layer table must show the same order and seams.
 
 Every module under ``src/flashpoint`` is parsed with ``ast`` (nothing is imported), so modules added later are checked
 without a list to keep. What counts as an edge:
 
 - every import that can run: at module level and inside functions. A lazy import is a dependency all the same, only
   a later one, so it may close a cycle as surely as a module-level one.
-- not the imports under ``if TYPE_CHECKING:``: they never run. They are collected apart, and a cycle they would
-  close is printed (``pytest -s``) but does not fail.
+- the imports under ``if TYPE_CHECKING:`` too: they never run, but a type-only cycle still ties two modules into one
+  concept, and a type-only import up the layers is still a dependency up.
 - ``from flashpoint.pkg import name`` is an edge to ``flashpoint.pkg.name`` when that is a module, else to
   ``flashpoint.pkg`` (a package is its ``__init__``; ``flashpoint`` itself is the SDK surface). Relative imports
   are resolved against the importing module's package.
@@ -14,7 +19,7 @@ without a list to keep. What counts as an edge:
   doing, not an edge of the importer (counted, it would put every module in a cycle with the SDK surface).
 
 The static half of the boundary; ``tests/test_imports.py`` is the dynamic half (what ``import flashpoint`` loads), and
-ruff's TID251 bans (pyproject.toml) flag the same mistakes in the editor.
+ruff's TID251 bans (pyproject.toml) flag imports of the edge packages in the editor.
 """
 
 from __future__ import annotations
@@ -29,48 +34,66 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-#: the core: never imports the edge (modules, and packages with everything under them)
-CORE = (
-    "flashpoint._version",
-    "flashpoint.errors",
-    "flashpoint.config",
-    "flashpoint.gpus",
-    "flashpoint.jobs",
-    "flashpoint.wire.codec",
-    "flashpoint.spec",
-    "flashpoint.explain",
-    "flashpoint.sdk.context",
-    "flashpoint.fleet.discovery",
-    "flashpoint.store",
-    "flashpoint.scheduler",
-    "flashpoint.worker",
-    "flashpoint.backends",
+#: every unit (a flat module or a top-level package, with everything under it), bottom to top: an import may only go
+#: down this list (docs/architecture.md, "Layers", shows the same list and is checked against it below)
+ORDER = (
+    # vocabulary: leaves first
+    "errors",
+    "clock",
+    "_version",
+    "private",
+    "terminal",
+    "explain",
+    "flashtypes",
+    "config",
+    "gpus",
+    # the core, with the vocabulary that stands on its lower packages
+    "environments",
+    "jobs",
+    "wire",
+    "spec",
+    "fleet",
+    "store",
+    "backends",
+    "scheduler",
+    # what user code calls, and what stands on it
+    "sdk",
+    "flash",
+    "worker",
+    "flashpoint",
+    # the edge
+    "api",
+    "hosting",
+    "dev",
+    "cli",
+    "__main__",
 )
-#: the edge: the HTTP layer, the CLI, the client, the server and the embedded server (and what only they share)
-EDGE = (
-    "flashpoint.api",
-    "flashpoint.cli",
-    "flashpoint.__main__",
-    "flashpoint.sdk.client",
-    "flashpoint.hosting.server",
-    "flashpoint.hosting.embedded",
-    "flashpoint.hosting.plane",
-    "flashpoint.dev.server",
-)
-#: the only edges from outside the edge into it: the SDK's default connection, importing lazily what it starts
+#: each unit's tier, as the map's layer table names it
+TIERS = {
+    **dict.fromkeys(("errors", "clock", "_version", "private", "terminal", "explain", "flashtypes"), "vocabulary"),
+    **dict.fromkeys(("config", "gpus", "jobs", "spec"), "vocabulary"),
+    **dict.fromkeys(("environments", "wire", "fleet", "store", "backends", "scheduler", "flash", "worker"), "core"),
+    **dict.fromkeys(("sdk", "flashpoint"), "sdk"),
+    **dict.fromkeys(("api", "hosting", "dev", "cli", "__main__"), "edge"),
+}
+#: the designed lazy seams: the only imports that go up the list, each inside a function, by module
 SEAMS = {
-    ("flashpoint.sdk.default_connection", "flashpoint.sdk.client"),
+    # the SDK starts the embedded plane on a decorated function's first call
     ("flashpoint.sdk.default_connection", "flashpoint.hosting.embedded"),
+    # runpod_flash resolves to the flashpoint surface while an app loads
+    ("flashpoint.flash.alias", "flashpoint"),
 }
 
 
 @dataclass
 class Graph:
-    """Module -> the flashpoint modules it imports, split by whether the import can run."""
+    """Module -> the flashpoint modules it imports, split by whether the import can run, and of those that can, the
+    ones made when the module loads (``eager``: not inside a function)."""
 
     modules: set[str]
     runtime: dict[str, set[str]] = field(default_factory=dict)
     type_only: dict[str, set[str]] = field(default_factory=dict)
+    eager: dict[str, set[str]] = field(default_factory=dict)
 
     def edges(self, *, with_type_only: bool = False) -> dict[str, set[str]]:
         if not with_type_only:
@@ -91,23 +114,28 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Every import statement anywhere in ``tree``, with whether it sits under ``if TYPE_CHECKING:``."""
+Found = tuple[ast.Import | ast.ImportFrom, bool, bool]
 
-    def walk(node: ast.AST, type_only: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+
+def _imports(tree: ast.AST) -> Iterator[Found]:
+    """Every import statement anywhere in ``tree``, with whether it sits under ``if TYPE_CHECKING:`` and whether it
+    sits inside a function (runs when called, not when the module loads)."""
+
+    def walk(node: ast.AST, type_only: bool, lazy: bool) -> Iterator[Found]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node, type_only
+            yield node, type_only, lazy
             return
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             for statement in node.body:
-                yield from walk(statement, True)
+                yield from walk(statement, True, lazy)
             for statement in node.orelse:
-                yield from walk(statement, type_only)
+                yield from walk(statement, type_only, lazy)
             return
+        inside = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         for child in ast.iter_child_nodes(node):
-            yield from walk(child, type_only)
+            yield from walk(child, type_only, inside)
 
-    yield from walk(tree, False)
+    yield from walk(tree, False, False)
 
 
 def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool, modules: set[str]) -> Iterable[str]:
@@ -145,10 +173,12 @@ def build_graph(src: Path, package: str = "flashpoint") -> Graph:
     graph = Graph(set(files))
     for name, path in files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node, type_only in _imports(tree):
+        for node, type_only, lazy in _imports(tree):
             for target in _targets(node, name, path.name == "__init__.py", graph.modules):
                 if target != name:
                     (graph.type_only if type_only else graph.runtime).setdefault(name, set()).add(target)
+                    if not type_only and not lazy:
+                        graph.eager.setdefault(name, set()).add(target)
     return graph
 
 
@@ -205,8 +235,11 @@ def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(cycles)
 
 
-def _under(module: str, roots: tuple[str, ...]) -> bool:
-    return any(module == root or module.startswith(root + ".") for root in roots)
+def unit(module: str) -> str:
+    """The unit a module belongs to: its top-level package or flat module (``flashpoint`` for the package's
+    ``__init__``, the public surface)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def _show(cycle: list[str]) -> str:
@@ -218,42 +251,41 @@ def graph() -> Graph:
     return build_graph(SRC)
 
 
-def test_the_graph_sees_every_module_and_the_sdk_seam(graph: Graph) -> None:
-    # Guard against a check that can never fail: the known lazy seam, inside a function, is an edge.
+def test_the_graph_sees_every_module_and_the_seams(graph: Graph) -> None:
+    # Guard against a check that can never fail: the known lazy seams, inside functions, are edges, and not eager ones.
     assert {"flashpoint", "flashpoint.sdk.endpoint", "flashpoint.scheduler.loop", "flashpoint.api.app"} <= graph.modules
-    assert "flashpoint.hosting.embedded" in graph.runtime["flashpoint.sdk.default_connection"]
-    assert "flashpoint.sdk.endpoint" in graph.runtime["flashpoint"]
+    for module, target in SEAMS:
+        assert target in graph.runtime[module]
+        assert target not in graph.eager.get(module, set())
+    assert "flashpoint.sdk.endpoint" in graph.eager["flashpoint"]
 
 
-def test_no_import_cycle(graph: Graph) -> None:
+def test_no_import_cycle_of_either_kind(graph: Graph) -> None:
     cycles = find_cycles(graph.edges())
-    # Not a failure: a cycle closed only by imports under `if TYPE_CHECKING:` never runs. Listed for `pytest -s`.
-    for cycle in find_cycles(graph.edges(with_type_only=True)):
-        if cycle not in cycles:
-            print(f"closed only by a TYPE_CHECKING import: {_show(cycle)}")
     assert not cycles, "import cycles (lazy imports inside functions count):\n" + "\n".join(map(_show, cycles))
+    typed = find_cycles(graph.edges(with_type_only=True))
+    assert not typed, "import cycles closed by TYPE_CHECKING imports:\n" + "\n".join(map(_show, typed))
 
 
-def test_the_core_never_imports_the_edge(graph: Graph) -> None:
-    wrong = sorted(
+def test_every_unit_has_its_place_in_the_order(graph: Graph) -> None:
+    units = {unit(module) for module in graph.modules}
+    assert units == set(ORDER), f"place new units in ORDER (and the map's table): {sorted(units ^ set(ORDER))}"
+    assert set(TIERS) == set(ORDER)
+
+
+def test_imports_run_down_the_layers(graph: Graph) -> None:
+    """Every import between units, at module level, inside a function or for types only, goes down ``ORDER``; the
+    seams are the only imports up, and they are lazy."""
+    rank = {name: number for number, name in enumerate(ORDER)}
+    upward = sorted(
         f"{module} -> {target}"
-        for module, targets in graph.runtime.items()
-        if _under(module, CORE)
+        for module, targets in graph.edges(with_type_only=True).items()
         for target in targets
-        if _under(target, EDGE)
+        if rank[unit(module)] < rank[unit(target)] and (module, target) not in SEAMS
     )
-    assert not wrong, "the core imports the edge (docs/architecture.md, Layers):\n" + "\n".join(wrong)
-
-
-def test_the_sdk_reaches_the_edge_only_through_the_default_connection(graph: Graph) -> None:
-    wrong = sorted(
-        f"{module} -> {target}"
-        for module, targets in graph.runtime.items()
-        if not _under(module, EDGE)
-        for target in targets
-        if _under(target, EDGE) and (module, target) not in SEAMS
-    )
-    assert not wrong, "outside the edge, only default_connection may import the edge:\n" + "\n".join(wrong)
+    assert not upward, "imports up the layers (docs/architecture.md, Layers):\n" + "\n".join(upward)
+    eager_seams = sorted(f"{m} -> {t}" for m, t in SEAMS if t in graph.eager.get(m, set()))
+    assert not eager_seams, "a seam must import inside a function, when first used:\n" + "\n".join(eager_seams)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -291,6 +323,7 @@ def test_a_lazy_import_closes_a_cycle_and_a_type_checking_one_does_not(tmp_path:
         "pkg.sub.e": {"pkg.sub.d"},
     }
     assert graph.type_only == {"pkg.c": {"pkg.a"}}
+    assert graph.eager == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.sub.d": {"pkg.c", "pkg.sub.e"}}
     assert find_cycles(graph.edges()) == [["pkg.sub.d", "pkg.sub.e", "pkg.sub.d"]]
     assert find_cycles(graph.edges(with_type_only=True)) == [
         ["pkg.a", "pkg.b", "pkg.c", "pkg.a"],
