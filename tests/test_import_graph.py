@@ -288,6 +288,34 @@ def test_imports_run_down_the_layers(graph: Graph) -> None:
     assert not eager_seams, "a seam must import inside a function, when first used:\n" + "\n".join(eager_seams)
 
 
+def _table(text: str, heading: str) -> list[list[str]]:
+    """The rows of the first Markdown table under ``heading`` (cells stripped of spaces and backticks)."""
+    assert heading + "\n" in text, f"docs/architecture.md has no {heading!r} section"
+    section = text.split(heading + "\n", 1)[1]
+    rows = []
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            if rows:
+                break
+            continue
+        cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+        if set(cells[0]) - set("-: "):
+            rows.append(cells)
+    return rows[1:]  # the header
+
+
+def test_the_map_shows_these_layers_and_seams() -> None:
+    text = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    layers = _table(text, "## Layers")
+    assert [row[1] for row in layers] == list(ORDER), "docs/architecture.md's Layers table is not ORDER, bottom first"
+    assert [row[0] for row in layers] == [str(n) for n in range(1, len(ORDER) + 1)]
+    assert {row[1]: row[2] for row in layers} == TIERS
+    seams = _table(text, "### Seams")
+    assert {
+        ("flashpoint." + row[0], "flashpoint." + row[1] if row[1] != "flashpoint" else row[1]) for row in seams
+    } == (SEAMS)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # The checker itself, on a package made for it
 
