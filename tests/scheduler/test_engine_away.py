@@ -70,7 +70,7 @@ async def test_a_model_whose_only_node_is_away_waits_for_it_and_runs_when_it_is_
     # When node-a is back, the job runs there
     door.backend.change_fleet(parse_fleet("node-a=NVIDIA_H200:1;node-b=NVIDIA_A100_80GB_PCIe:1").devices)
     await door.settle()
-    assert door.plane.departed == {}
+    assert door.plane.registry.departed == {}
     again = door.worker("h200")
     assert again.placement().node == "node-a"
     assert await door.pull(again) == [job.id]

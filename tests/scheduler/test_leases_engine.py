@@ -109,15 +109,15 @@ async def test_leases_go_back_when_the_worker_is_gone_and_when_the_plane_closes(
     door.submit("mine")
     await door.settle()
     other = book(tmp_path, 4242)
-    assert other.holder(name) is not None and door.plane.leases.held() == (name,)
+    assert other.holder(name) is not None and door.plane.leasing.leases.held() == (name,)
     # a worker that dies gives its device's lease back at once
     await door.crash(door.worker("mine"))
-    assert door.plane.leases.held() == () and other.holder(name) is None
+    assert door.plane.leasing.leases.held() == () and other.holder(name) is None
     # the plane starts another for the queued job; closing the plane gives that lease back too
     await door.step(1.0)
-    assert door.plane.leases.held() == (name,)
+    assert door.plane.leasing.leases.held() == (name,)
     await door.plane.close()
-    assert door.plane.leases.held() == () and other.holder(name) is None
+    assert door.plane.leasing.leases.held() == () and other.holder(name) is None
 
 
 async def test_a_worker_of_two_devices_takes_no_lease_while_one_of_them_is_held_elsewhere(tmp_path: Path) -> None:
@@ -136,11 +136,11 @@ async def test_a_worker_of_two_devices_takes_no_lease_while_one_of_them_is_held_
         (os.getpid(), "http://127.0.0.1:4242")
     ]
     assert "1 free on one node at most, need 2" in reason.detail
-    assert door.plane.leases.held() == () and other.holder(first) is None
+    assert door.plane.leasing.leases.held() == () and other.holder(first) is None
     other.release(second)
     await door.step(0.5)
     assert [d.index for d in door.worker("pair").devices] == [0, 1]
-    assert sorted(door.plane.leases.held()) == sorted([first, second])
+    assert sorted(door.plane.leasing.leases.held()) == sorted([first, second])
 
 
 async def test_a_device_that_changes_hands_elsewhere_is_named_anew(tmp_path: Path) -> None:
@@ -189,7 +189,7 @@ async def test_a_lease_directory_others_may_write_holds_every_device_until_it_is
     # When the directory is made sticky, the next recheck places the worker
     os.chmod(root, 0o1777)
     await door.step(0.5)
-    assert len(door.workers("mine")) == 1 and door.plane.leases.held() == tuple(names(fleet))
+    assert len(door.workers("mine")) == 1 and door.plane.leasing.leases.held() == tuple(names(fleet))
 
 
 async def test_two_planes_of_one_process_never_share_a_device(tmp_path: Path) -> None:
@@ -238,15 +238,15 @@ async def test_an_idle_worker_yields_its_device_at_once_to_another_process_waiti
     assert second.workers("b") == [] and second.reasons("b") == {"busy"}
     # Then at its next lease recheck it marks the device for "b"
     await second.step(0.5)
-    assert second.plane.wants.marked() == (name,)
+    assert second.plane.leasing.wants.marked() == (name,)
     # and at the first plane's next recheck the idle worker yields it, not after its idle_timeout
     await first.step(0.5)
-    assert first.backend.stopped == [idle.id] and first.plane.leases.held() == ()
-    assert first.plane.wanted_elsewhere == {}  # the device is no longer this plane's: nobody waits for it here
+    assert first.backend.stopped == [idle.id] and first.plane.leasing.leases.held() == ()
+    assert first.plane.leasing.wanted_elsewhere == {}  # the device is no longer this plane's: nobody waits for it here
     # and the second plane places its worker there at its next recheck, and withdraws its mark
     await second.step(0.5)
     assert [w.devices for w in second.workers("b")] == [idle.devices]
-    assert second.plane.wants.marked() == () and second.plane.leases.held() == (name,)
+    assert second.plane.leasing.wants.marked() == () and second.plane.leasing.leases.held() == (name,)
 
 
 async def test_a_worker_at_its_minimum_or_busy_does_not_yield_to_another_process(tmp_path: Path) -> None:
@@ -264,11 +264,11 @@ async def test_a_worker_at_its_minimum_or_busy_does_not_yield_to_another_process
     second.submit("b")
     await second.settle()
     await second.step(0.5)
-    assert len(second.plane.wants.marked()) == 2
+    assert len(second.plane.leasing.wants.marked()) == 2
     # Then the first plane hears of it, and stops neither
     await first.step(0.5)
-    assert len(first.plane.wanted_elsewhere) == 2
-    assert first.backend.stopped == [] and len(first.plane.leases.held()) == 2
+    assert len(first.plane.leasing.wanted_elsewhere) == 2
+    assert first.backend.stopped == [] and len(first.plane.leasing.leases.held()) == 2
     await second.step(0.5)
     assert second.workers("b") == []
 
@@ -284,14 +284,14 @@ async def test_a_plane_that_stops_waiting_withdraws_its_marks(tmp_path: Path) ->
     job = second.submit("b")
     await second.settle()
     await second.step(0.5)
-    assert len(second.plane.wants.marked()) == 1
+    assert len(second.plane.leasing.wants.marked()) == 1
     second.plane.cancel(job.id)  # nothing waits any more
     # marks follow the reasons of the last reconcile, which the tick runs after the recheck: withdrawn one recheck on
     await second.step(0.5)
     await second.step(0.5)
-    assert second.plane.wants.marked() == () and list((tmp_path / "wants").glob("*.want-*")) == []
+    assert second.plane.leasing.wants.marked() == () and list((tmp_path / "wants").glob("*.want-*")) == []
     await first.step(0.5)
-    assert first.plane.wanted_elsewhere == {}
+    assert first.plane.leasing.wanted_elsewhere == {}
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="a file of user nobody needs root")
@@ -311,7 +311,7 @@ async def test_a_lock_file_another_user_deletes_under_a_running_worker_is_leased
     door.endpoint(name="mine", gpu=GpuType.NVIDIA_H200)
     door.submit("mine")
     await door.settle()
-    assert len(door.workers("mine")) == 1 and door.plane.leases.held() == (name,)
+    assert len(door.workers("mine")) == 1 and door.plane.leasing.leases.held() == (name,)
     # When its owner deletes it (and so could another process lock a new file of that name)
     lock.unlink()
     with caplog.at_level(logging.WARNING, "flashpoint.plane"):

@@ -2,11 +2,15 @@
 
 Everything here runs on one asyncio loop, so the state needs no locks. A worker is placed, not a job: jobs wait in
 their endpoint's queue, the plane starts workers where the planner finds devices, and workers pull jobs over HTTP.
-The concepts around the state machine live in rooms of their own: the scaling planner (``planner``, pure), worker
-supervision (``supervision``), machine-wide device leases (``leasing``, ``leases``), route endpoints' requests and
-readiness (``routeserving``, ``readiness``), group commit (``commit``), waiters and listeners (``waiters``), the reads
-(``reads``) and their read models (``views``, pure), the records (``records``), the fleet index (``index``) and the
-Runpod wire format (``wire``).
+``ControlPlane`` holds the state the rooms share (``state``: the endpoints, the workers, the fleet index, the job book)
+and the collaborators that hold the concepts around the state machine, each given that state and the callbacks it
+needs, never the plane: the endpoints and their verdicts on the fleet (``registry``, with departed nodes in
+``departed``), the worker protocol's verbs (``protocol``), route endpoints' requests and readiness (``routeserving``,
+``readiness``), worker supervision (``supervision``), machine-wide device leases (``ownership.leasing``), the reads
+(``reads``) and their read models (``views``, pure), and the job book (``jobbook``: records and queues, with group
+commit in ``commit`` and waiters and listeners in ``waiters``). The scaling planner (``planner``, pure), the records
+(``records``), the fleet index (``placement.index``) and the Runpod wire format (``wire``) are the vocabulary they
+share. Nothing of these imports this module.
 
 ``reconcile()`` is the one place that starts or stops workers for scaling; events call it through ``kick()``, and
 ``tick()`` covers the clock (timeouts, idle scale-down, QUEUE_DELAY, start back-off). Reads (explanations, health,
@@ -23,37 +27,48 @@ from typing import Any
 
 from flashpoint.backends.base import Backend
 from flashpoint.clock import SYSTEM_CLOCK, Clock
-from flashpoint.errors import InvalidEndpointError, InvalidTransitionError, NotFoundError
-from flashpoint.explain import WaitReason
-from flashpoint.fleet.inventory import Device, Fleet, fleet_summary, nodes_summary
+from flashpoint.errors import InvalidTransitionError
+from flashpoint.explain import Explanation
+from flashpoint.fleet.inventory import Fleet
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
-from flashpoint.scheduler import departed, planner, readiness, views, watchdog
+from flashpoint.scheduler import departed, planner, readiness, views
 from flashpoint.scheduler.credentials import worker_credential
-from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource, check_system, system_note
+from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource
 from flashpoint.scheduler.jobbook import JobBook
-from flashpoint.scheduler.optionnotes import host_option_notes
 from flashpoint.scheduler.ownership.leases import DeviceLeases
-from flashpoint.scheduler.placement.fit import NoFit, endpoint_notes
+from flashpoint.scheduler.ownership.leasing import DeviceLeasing
 from flashpoint.scheduler.placement.index import FleetIndex
+from flashpoint.scheduler.protocol import WorkerProtocol, release_takers, signal_stop
 from flashpoint.scheduler.readiness import Probe
 from flashpoint.scheduler.reads import PlaneReads
 from flashpoint.scheduler.records import EndpointState, Worker
-from flashpoint.scheduler.routeserving import not_a_queue_endpoint, oldest_held, same_but_routes
+from flashpoint.scheduler.registry import EndpointRegistry
+from flashpoint.scheduler.routeserving import RouteServing, not_a_queue_endpoint, oldest_held
 from flashpoint.scheduler.settings import PlaneSettings
-from flashpoint.scheduler.supervision import Supervisor, WorkerSupervision
-from flashpoint.spec import EndpointSpec, WorkerTarget, options_of
+from flashpoint.scheduler.state import PlaneState
+from flashpoint.scheduler.supervision import WorkerSupervision
+from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.base import JobStore
 
 log = logging.getLogger("flashpoint.plane")
-worker_log = logging.getLogger("flashpoint.worker")
 
 #: how long a job may go back to the queue because its worker was lost, before it fails with worker_lost
 MAX_RETRIES = 1
-#: log lines kept per job
 
 
-class ControlPlane(PlaneReads, WorkerSupervision):
-    """Owns queues, workers and the fleet ledger; serves the worker protocol's verbs and the route proxy's."""
+class ControlPlane:
+    """Owns queues, workers and the fleet ledger through its collaborators, and is the one object its callers use.
+
+    Its own verbs: ``submit``, ``cancel``, ``retry``, ``purge``, ``recover``, ``job``, ``endpoint``, ``wait``,
+    ``on_finish``, ``listen``, ``read_chunks``, ``committed``, ``worker_credential``, and the lifecycle (``start``,
+    ``fleet_changed``, ``kick``, ``reconcile``, ``plan``, ``tick``, ``settled``, ``close``). Verbs it passes to the
+    collaborator that owns them, so that the HTTP layer, the composition roots and the SDK bridge call one object:
+    ``register`` and ``redeclare`` (``registry``); the worker protocol's ``take``, ``done``, ``done_batch``,
+    ``chunk``, ``stop_signals``, ``ping`` and ``output_too_large`` (``protocol``); the route proxy's
+    ``take_route_worker``, ``hold_route_worker``, ``release_route_worker`` and ``route_secret`` (``routes``); and the
+    reads ``explain_endpoint``, ``explain_job``, ``health``, ``fleet_view``, ``node_view``, ``endpoint_rows``,
+    ``gauges``, ``list_jobs`` and ``fleet_summary`` (``reads``).
+    """
 
     def __init__(
         self,
@@ -76,39 +91,51 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         self.clock = clock
         #: never handed out: each worker gets its own credential derived from it (``worker_credential``)
         self._worker_secret = worker_secret.encode()
-        self.ping_interval_s = max(1.0, settings.ping_interval_s)
-        grace = settings.lost_job_grace_s
-        self.lost_job_grace_s = 3 * self.ping_interval_s if grace is None else grace
         self.max_result_bytes = settings.max_result_bytes
-        self.tick_s = settings.tick_s
-        self.take_hold_s = settings.take_hold_s
-        self.stop_grace_s = settings.stop_grace_s
         self.requeue_on_close = settings.requeue_on_close
-        self.node = settings.node
-        self.index = FleetIndex(backend.devices(), backend.nodes())
-        self.endpoints: dict[str, EndpointState] = {}
-        self.workers: dict[str, Worker] = {}
-        #: every job's record, the queues and their caps, and who waits for a job
-        self.book = JobBook(
+        book = JobBook(
             store, clock, max_queued_jobs=settings.max_queued_jobs, max_queued_bytes=settings.max_queued_bytes
         )
-        self.supervisor = Supervisor(
-            backend,
-            python=settings.python,
-            worker_env=dict(settings.worker_env),
-            parent_pid=settings.parent_pid,
-            base_url=settings.base_url,
-            ping_interval_s=self.ping_interval_s,
-            max_result_bytes=settings.max_result_bytes,
-            credential=self.worker_credential,
-            on_line=self._on_line,
-            on_exit=self._on_exit,
-            on_not_ready=self._on_not_ready,
-            on_serving=self._watch_ready,
-            node_of=self.index.nodes.node,
+        #: what the collaborators share; its containers are also the plane's own attributes, for its callers
+        self.state = state = PlaneState(clock, FleetIndex(backend.devices(), backend.nodes()), book)
+        self.index, self.book = state.index, state.book
+        self.endpoints, self.routed, self.workers = state.endpoints, state.routed, state.workers
+        self.leasing = DeviceLeasing(
+            state, leases, url=settings.base_url, server=settings.requeue_on_close, kick=self.kick
         )
-        self._init_routes(probe, settings.route_ready_timeout_s, settings.route_poll_s)
-        self._init_leases(leases, url=settings.base_url, server=settings.requeue_on_close)
+        self.reads = PlaneReads(state, plan=self.plan)
+        # route serving is built before supervision, which it reaches through the plane once that is there
+        self.routes = RouteServing(
+            state,
+            probe=probe,
+            ready_timeout_s=settings.route_ready_timeout_s,
+            poll_s=settings.route_poll_s,
+            credential=self.worker_credential,
+            explain=self.reads.explain_endpoint,
+            stop_worker=lambda worker: self.supervision.stop(worker),
+            failed_start=lambda worker, why: self.supervision.fail_start(worker, why),
+            kick=self.kick,
+            kick_if_someone_waits=self._kick_if_someone_waits,
+        )
+        self.supervision = WorkerSupervision(
+            state,
+            backend,
+            settings,
+            credential=self.worker_credential,
+            leasing=self.leasing,
+            routes=self.routes,
+            job_lost=self._worker_lost,
+            kick=self.kick,
+            kick_if_someone_waits=self._kick_if_someone_waits,
+        )
+        self.protocol = WorkerProtocol(
+            state,
+            take_hold_s=settings.take_hold_s,
+            after_job=self.supervision.after_job,
+            kick_if_someone_waits=self._kick_if_someone_waits,
+        )
+        #: starts and stops worker processes through the backend, and knows what each is started with
+        self.supervisor = self.supervision.supervisor
         #: builds the environments of endpoints with dependencies, unless the backend does (Ray's runtime_env)
         self.envs: EnvironmentGate | None = None
         if not getattr(backend, "builds_environments", False):
@@ -117,20 +144,17 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             )
         #: endpoints the last reconcile left waiting for something
         self._waiting: set[str] = set()
-        #: devices passed over until a monotonic time, because a worker placed on them never came up
-        self._set_aside: dict[tuple[str, int], tuple[float, Device]] = {}
-        #: nodes that left the fleet, by name, until they are back (``departed``): what only they could hold waits
-        self.departed: dict[str, departed.Departed] = {}
-        #: per endpoint, its candidates only a departed node could hold, and their ``node_away`` reasons
-        self._away: dict[str, dict[str, WaitReason]] = {}
+        self.registry = EndpointRegistry(
+            state,
+            code_files=self.supervisor.code_files,
+            envs=self.envs,
+            fleet_summary=self.reads.fleet_summary,
+            stop_worker=self.supervision.stop,
+            kick=self.kick,
+        )
         self._next_expiry_check = 0.0
         self._kicked = False
         self._tick_task: asyncio.Task[None] | None = None
-        self._closing = False
-
-    @property
-    def devices(self) -> tuple[Device, ...]:
-        return self.index.devices
 
     # ----------------------------------------------------------------------------------------------------------------
     # lifecycle
@@ -146,45 +170,26 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         """A node joined or left (a Ray cluster's fleet moves): workers on departed devices or nodes are lost, and
         every endpoint's "can never run" verdict is made again, so a request waiting for a model (or a node large
         enough, in its datacenter) runs once one joins."""
-        devices = fleet.devices
-        present = {d.key for d in devices}
+        present = {d.key for d in fleet.devices}
         before = {d.key for d in self.index.devices}
-        nodes = {n.name for n in fleet.nodes}
-        now = self.clock.time()
-        self.departed = departed.departures(self.departed, self.index.devices, self.index.nodes.nodes, fleet, now)
-        self.index.replace(devices, fleet.nodes)
-        for key in [k for k in self._set_aside if k not in present]:
-            del self._set_aside[key]
+        self.registry.remember_departed(fleet, self.clock.time())
+        self.index.replace(fleet.devices, fleet.nodes)
         joined, left = len(present - before), len(before - present)
         log.info("fleet changed: %d device(s) joined, %d left; now %s", joined, left, self.fleet_summary())
-        for worker in list(self.workers.values()):
-            gone = {d.node for d in worker.devices if d.key not in present}
-            if worker.cpu is not None and worker.cpu.node not in nodes:
-                gone.add(worker.cpu.node)
-            if gone:  # a node that is away says why: the loss is the node's, not the worker's
-                self._lose(worker, departed.why_lost(sorted(gone), fleet.away))
-        for ep in self.endpoints.values():
-            waited = bool(self._away.get(ep.spec.name))
-            never = self._judge(ep)
-            if never is None and ep.never is not None:
-                log.info("endpoint %r can run now: the fleet has %s", ep.spec.name, self.fleet_summary())
-            elif never is not None and ep.never is None:
-                log.warning(self._never_message(ep.spec, never))
-            for r in self._away[ep.spec.name].values() if not waited else ():
-                log.warning("endpoint %r: %s waits for its node to return: %s", ep.spec.name, r.candidate, r.detail)
-            ep.never = never
+        self.supervision.lose_departed(fleet)
+        self.registry.judge_again()
         self.kick()
 
     async def close(self) -> None:
         """Stop every worker; requeue (durable) or cancel (embedded) their jobs. A second call does nothing."""
-        if self._closing:
+        if self.state.closing:
             return
-        self._closing = True
+        self.state.closing = True
         if self._tick_task is not None:
             self._tick_task.cancel()
         for ep in self.endpoints.values():
-            self._release_takers(ep, None)
-        await self._close_routes()
+            release_takers(ep, None)
+        await self.routes.close()
         if self.envs is not None:
             await self.envs.close()
         for worker in list(self.workers.values()):
@@ -194,19 +199,19 @@ class ControlPlane(PlaneReads, WorkerSupervision):
                     if self.requeue_on_close:  # interrupted, not failed: it runs again after a restart
                         self.book.back_to_queue(job, retried=False)
                     else:
-                        self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
-                self._signal_stop(worker, job_id)
-            self._mark_stopping(worker)
+                        self.state.finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
+                signal_stop(worker, job_id)
+            self.supervision.mark_stopping(worker)
         await asyncio.sleep(0)  # let the stop long-polls answer before the signals go out
         await self.supervisor.close()
-        self._close_leases()
+        self.leasing.close()
         if not self.requeue_on_close:
             for job in list(self.store.unfinished()):
-                self._finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
+                self.state.finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
 
     async def _ticker(self) -> None:
         while True:
-            await asyncio.sleep(self.tick_s)
+            await asyncio.sleep(self.settings.tick_s)
             try:
                 self.tick()
             except Exception:  # a bug in one tick must not stop the plane
@@ -214,7 +219,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
 
     def kick(self) -> None:
         """Ask for a reconcile soon; many events in one loop iteration cost one reconcile."""
-        if not self._kicked and not self._closing:
+        if not self._kicked and not self.state.closing:
             self._kicked = True
             asyncio.get_running_loop().call_soon(self._reconcile_now)
 
@@ -239,72 +244,12 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         unsubscribe."""
         return self.book.waiters.listen(callback)
 
-    def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
-        """Add an endpoint; ``code_file`` holds its pickled code when ``target`` names no import path or command."""
-        existing = self.endpoints.get(spec.name)
-        if existing is not None:
-            # the functions and classes of one name differ in kind and methods only (spec.options_of); a route
-            # endpoint's routes may grow as they are declared: the workers started from then on serve them all
-            if same_but_routes(existing.spec, spec):
-                existing.spec = spec
-            elif options_of(existing.spec) != options_of(spec):
-                raise InvalidEndpointError(
-                    f"endpoint {spec.name!r} is already registered with other options; declare every function or "
-                    "class of one endpoint with the same options, or give each endpoint its own name"
-                )
-            if target != existing.target:
-                # more functions joined a shared name: the workers started from now on load them all
-                existing.target = target
-                if code_file is not None:
-                    self.supervisor.code_files[spec.name] = code_file
-            return
-        if code_file is not None:
-            self.supervisor.code_files.setdefault(spec.name, code_file)
-        ep = EndpointState(spec, target, registered_at=self.clock.time())
-        ep.never = self._judge(ep)
-        if ep.never is not None:
-            log.warning(self._never_message(spec, ep.never))
-        if self.envs is not None:  # its workers run on this machine: say once what they will lack
-            ep.system_missing = check_system(spec)
-        self.endpoints[spec.name] = ep
-        if spec.serves_routes:
-            self.routed[spec.name] = ep
-        self.kick()
-
-    def fleet_summary(self, spec: EndpointSpec | None = None) -> str:
-        """The fleet in one line: its GPUs; for a CPU endpoint (``spec``), its nodes' CPUs and memory."""
-        if spec is not None and not spec.uses_gpu:
-            return nodes_summary(self.index.nodes.nodes)
-        return fleet_summary(self.index.devices)
-
     def worker_credential(self, endpoint: str, worker_id: str) -> str:
         """The key of one worker: it opens the worker routes of that endpoint for that worker id only."""
         return worker_credential(self._worker_secret, endpoint, worker_id)
 
-    def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
-        return views.never_message(spec, nofit, self.index)
-
-    def _judge(self, ep: EndpointState) -> NoFit | None:
-        """The endpoint's "can never run" verdict on this fleet; its candidates only a departed node could hold wait
-        for that node (``node_away``) instead."""
-        never, away = departed.judge(ep.spec, self.index, self.departed)
-        self._away[ep.spec.name] = away
-        return never
-
-    def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
-        """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match, a
-        volume's directory, Runpod cloud settings recorded and not applied)."""
-        ep = self.endpoints.get(spec.name)
-        lacking = system_note(ep.system_missing) if ep is not None and ep.system_missing else ()
-        return endpoint_notes(spec, self.index) + host_option_notes(spec) + lacking
-
     def endpoint(self, name: str) -> EndpointState:
-        try:
-            return self.endpoints[name]
-        except KeyError:
-            raise NotFoundError(
-                f"no endpoint named {name!r}; endpoints: {', '.join(sorted(self.endpoints)) or 'none'}"
-            ) from None
+        return self.state.endpoint(name)
 
     def job(self, job_id: str) -> Job:
         return self.book.get(job_id)
@@ -325,14 +270,16 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             raise not_a_queue_endpoint(endpoint)
         job = self.book.create(ep, payload, extra, execution_timeout_ms=execution_timeout_ms, ttl_ms=ttl_ms, size=size)
         if self.envs is not None and (failure := self.envs.failed_for_good(ep)) is not None:
-            self._finish(job, JobStatus.FAILED, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", failure))
+            self.state.finish(
+                job, JobStatus.FAILED, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", failure)
+            )
             return job
         self._enqueue(ep, job, front=False)
         return job
 
     def _enqueue(self, ep: EndpointState, job: Job, *, front: bool) -> None:
         self.book.push(ep, job, front=front)
-        self._dispatch(ep)
+        self.protocol.dispatch(ep)
         if ep.queued:
             self.kick()
 
@@ -354,13 +301,13 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             owner = self.endpoints.get(job.endpoint)
             if owner is not None:
                 self.book.count(owner, job, -1)  # the id stays in the deque and is skipped when reached
-            self._finish(job, status, reason)
+            self.state.finish(job, status, reason)
         elif job.status is JobStatus.IN_PROGRESS:
             worker = self.workers.get(job.worker_id or "")
-            self._finish(job, status, reason)
+            self.state.finish(job, status, reason)
             if worker is not None:
-                self._signal_stop(worker, job.id)
-                self._after_job(worker)
+                signal_stop(worker, job.id)
+                self.supervision.after_job(worker)
 
     def retry(self, job_id: str) -> Job:
         """A FAILED or TIMED_OUT job goes back to the queue with the same id; its output and error are dropped."""
@@ -410,9 +357,6 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         """Wait until every change made so far is durable."""
         await self.book.commits.committed()
 
-    # ----------------------------------------------------------------------------------------------------------------
-    # the worker protocol's verbs
-
     async def read_chunks(self, job_id: str, wait_s: float = 0.0) -> tuple[JobView, list[Any]]:
         """Chunks not yet read (a destructive read), waiting up to ``wait_s`` for one or for the job to end."""
         return await self.book.read_chunks(job_id, wait_s)
@@ -420,13 +364,9 @@ class ControlPlane(PlaneReads, WorkerSupervision):
     # ----------------------------------------------------------------------------------------------------------------
     # finishing jobs
 
-    def _finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
-        ep = self.endpoints.get(job.endpoint)
-        self.book.finish(job, status, reason, error, ep.counters if ep is not None else None)
-
     def _environment_failed(self, ep: EndpointState, error: str) -> None:
         """The endpoint's environment could not be built: its queued jobs end FAILED with the installer's error."""
-        self._fail_queued(ep, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", error))
+        self.state.fail_queued(ep, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", error))
         self.kick()
 
     def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
@@ -438,7 +378,7 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             self._enqueue(ep, job, front=True)
         else:
             message = f"{what} while running the job, which had already been retried {job.retries} time(s)"
-            self._finish(job, JobStatus.FAILED, Reason.WORKER_LOST, JobError("WorkerLost", message))
+            self.state.finish(job, JobStatus.FAILED, Reason.WORKER_LOST, JobError("WorkerLost", message))
 
     # ----------------------------------------------------------------------------------------------------------------
     # scaling: plan, then apply
@@ -456,16 +396,17 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             now=self.clock.monotonic(),
             wall=self.clock.time(),
             oldest=oldest,
-            wanted=self.wanted_elsewhere,
+            wanted=self.leasing.wanted_elsewhere,
         )
-        if not self.departed:
+        if not self.registry.departed:
             return plan
-        waiting = {name: departed.with_away(r, self._away.get(name, {})) for name, r in plan.waiting.items()}
+        away = self.registry.away
+        waiting = {name: departed.with_away(r, away.get(name, {})) for name, r in plan.waiting.items()}
         return dataclasses.replace(plan, waiting=waiting)
 
     def reconcile(self) -> None:
         """Start the workers endpoints want, oldest waiter first; reclaim idle devices for waiters; record why not."""
-        if self._closing:
+        if self.state.closing:
             return
         if self.envs is not None:
             self.envs.start_missing(self.endpoints.values())
@@ -479,9 +420,9 @@ class ControlPlane(PlaneReads, WorkerSupervision):
                     worker.endpoint,
                     reclaim.for_endpoint,
                 )
-                self._stop_worker(worker)
+                self.supervision.stop(worker)
         for start in plan.starts:
-            self._start_worker(self.endpoints[start.endpoint], start.fit)
+            self.supervision.start(self.endpoints[start.endpoint], start.fit)
         for name, reasons in plan.waiting.items():
             self.endpoints[name].waiting = reasons
         self._waiting = {name for name, reasons in plan.waiting.items() if reasons}
@@ -496,18 +437,15 @@ class ControlPlane(PlaneReads, WorkerSupervision):
         if now >= self._next_expiry_check:  # once a second: a store scan, not a per-tick cost
             self._next_expiry_check = now + 1.0
             self._expire(wall)
-        self._release_set_aside(now)
-        self._recheck_leases(now)
+        self.supervision.release_set_aside(now)
+        self.leasing.recheck(now)
         for ep in self.endpoints.values():
-            self._watch_workers(ep, now)
-            for worker in list(ep.workers.values()):
-                for job in watchdog.overdue(worker, self.book.find, wall):
-                    self._timeout(job, worker)
+            self.supervision.watch(ep, now, wall)
             for worker in planner.idle_stops(ep, now):
                 log.info(
                     "worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.name, now - worker.idle_since
                 )
-                self._stop_worker(worker)
+                self.supervision.stop(worker)
         self.reconcile()
 
     def _expire(self, wall: float) -> None:
@@ -516,26 +454,6 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             queued = job.status is JobStatus.IN_QUEUE
             self._end(job, JobStatus.TIMED_OUT, Reason.QUEUE_TTL_EXPIRED if queued else Reason.TTL_EXPIRED)
 
-    def _timeout(self, job: Job, worker: Worker) -> None:
-        log.warning(
-            "job %s ran past its execution timeout of %d ms; replacing worker %s",
-            job.id,
-            job.execution_timeout_ms,
-            worker.id,
-        )
-        self._finish(
-            job,
-            JobStatus.TIMED_OUT,
-            Reason.EXECUTION_TIMEOUT,
-            JobError("TimeoutError", f"execution exceeded {job.execution_timeout_ms} ms"),
-        )
-        self._signal_stop(worker, job.id)
-        # a sync handler cannot be interrupted: the worker is replaced, once its other jobs are done
-        worker.retiring = True
-        if not worker.jobs:
-            self._stop_worker(worker, grace_s=1.0)
-        self.kick()
-
     async def settled(self) -> None:
         """Return once every reconcile asked for has run and every worker start and stop has reached the backend
         (the test door's way to wait for the plane, instead of sleeping)."""
@@ -543,41 +461,77 @@ class ControlPlane(PlaneReads, WorkerSupervision):
             await asyncio.sleep(0)
             await self.supervisor.settle()
 
+    # ----------------------------------------------------------------------------------------------------------------
+    # the verbs the plane passes to the collaborator that owns them (the class docstring lists them)
+
+    def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
+        self.registry.register(spec, target, code_file)
+
     def redeclare(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> int:
-        """Give an endpoint new options and code (``flashpoint dev`` reloading a changed file); a new one is
-        registered. Its queued jobs (a route endpoint: its held requests) stay, for the workers started from now on,
-        which load the new code. Each of its workers is retired: it takes nothing new and stops once its running jobs
-        (a route worker: its requests in flight) end. Returns how many workers were retired.
+        return self.registry.redeclare(spec, target, code_file)
 
-        A queue endpoint that now serves routes keeps queued jobs no route worker takes: purge them first.
-        """
-        ep = self.endpoints.get(spec.name)
-        if ep is None:
-            self.register(spec, target, code_file)
-            return 0
-        if self.envs is not None and spec.dependencies != ep.spec.dependencies:
-            self.envs.forget(ep)
-        ep.spec, ep.target = spec, target
-        if code_file is not None:
-            self.supervisor.code_files[spec.name] = code_file
-        else:
-            self.supervisor.code_files.pop(spec.name, None)
-        if spec.serves_routes:
-            self.routed[spec.name] = ep
-        else:
-            self.routed.pop(spec.name, None)
-        ep.never = self._judge(ep)
-        if ep.never is not None:
-            log.warning(self._never_message(spec, ep.never))
-        # new code starts afresh: no back-off left from the failed starts of the old one
-        ep.start_failures = ep.start_losses = 0
-        ep.next_start_at = 0.0
+    async def take(
+        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        return await self.protocol.take(endpoint, worker_id, count, hold_s)
 
-        retired = [worker for worker in ep.workers.values() if worker.live]
-        for worker in retired:
-            worker.retiring = True
-            # else the end of its last job (_after_job), or its last request in flight (release_route_worker), stops it
-            if not worker.jobs and not worker.in_flight:
-                self._stop_worker(worker)
-        self.kick()
-        return len(retired)
+    def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        self.protocol.done(endpoint, worker_id, job_id, body)
+
+    async def done_batch(
+        self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
+    ) -> list[dict[str, Any]]:
+        return await self.protocol.done_batch(endpoint, worker_id, results, take)
+
+    def chunk(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
+        self.protocol.chunk(endpoint, worker_id, job_id, body)
+
+    async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
+        return await self.protocol.stop_signals(endpoint, worker_id, hold_s)
+
+    def ping(self, endpoint: str, worker_id: str, job_ids: list[str] | None = None) -> None:
+        self.protocol.ping(endpoint, worker_id, job_ids)
+
+    def output_too_large(self, endpoint: str, worker_id: str, job_id: str, limit: int) -> None:
+        self.protocol.output_too_large(endpoint, worker_id, job_id, limit)
+
+    def take_route_worker(self, ep: EndpointState) -> Worker | None:
+        return self.routes.take_route_worker(ep)
+
+    async def hold_route_worker(self, ep: EndpointState, timeout_s: float) -> Worker | Explanation:
+        return await self.routes.hold_route_worker(ep, timeout_s)
+
+    def release_route_worker(self, ep: EndpointState, worker: Worker) -> None:
+        self.routes.release_route_worker(ep, worker)
+
+    def route_secret(self, worker: Worker) -> str:
+        return self.routes.route_secret(worker)
+
+    def explain_endpoint(self, name: str) -> Explanation:
+        return self.reads.explain_endpoint(name)
+
+    def explain_job(self, job_id: str) -> Explanation:
+        return self.reads.explain_job(job_id)
+
+    def health(self, endpoint: str) -> dict[str, Any]:
+        return self.reads.health(endpoint)
+
+    def fleet_view(self) -> list[dict[str, Any]]:
+        return self.reads.fleet_view()
+
+    def node_view(self) -> list[dict[str, Any]]:
+        return self.reads.node_view()
+
+    def endpoint_rows(self, name: str | None = None) -> list[dict[str, Any]]:
+        return self.reads.endpoint_rows(name)
+
+    def gauges(self) -> list[views.EndpointGauges]:
+        return self.reads.gauges()
+
+    def list_jobs(
+        self, endpoint: str | None = None, status: JobStatus | None = None, limit: int = 100
+    ) -> list[JobView]:
+        return self.reads.list_jobs(endpoint, status, limit)
+
+    def fleet_summary(self, spec: EndpointSpec | None = None) -> str:
+        return self.reads.fleet_summary(spec)

@@ -1,9 +1,10 @@
 """The Runpod worker protocol's verbs, served from the control plane's state: job-take (a long-poll), job-done and
 flashpoint's job-done-batch, job-stream, job-stop (a long-poll) and ping (runpod-protocol.md §3).
 
-``WorkerProtocol`` is a base of ``ControlPlane``, which owns the state these verbs read and write (the job book,
-the endpoints' records, the workers) and the transitions they lead to (ending a job, stopping a worker, a
-reconcile); this file holds the protocol's side of the state machine, and nothing else. Invariants: a worker's first
+``WorkerProtocol`` is a collaborator of ``ControlPlane``: it reads and writes the plane's state (the job book, the
+endpoints' records, the workers) and hands the transitions it leads to back through the callbacks it is given (a
+worker's job ended: ``after_job``, which may stop it; a reconcile); this file holds the protocol's side of the state
+machine, and nothing else. Invariants: a worker's first
 request makes it ready; a result is taken once (a late or repeated one changes nothing); a job is handed to one
 worker; a worker that is stopping has its long-polls answered at once.
 """
@@ -12,54 +13,55 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
-from flashpoint.clock import Clock
 from flashpoint.jobs import BINARY_ENCODING, ENCODING_KEY, Job, JobError, JobStatus, Reason
-from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.records import EndpointState, Taker, Worker, WorkerState
+from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.waiters import settle_after, wake
 from flashpoint.wire import codec, protocol
 
 log = logging.getLogger("flashpoint.plane")
 
 
-class WorkerProtocol(ABC):
-    """The worker-facing verbs of ``ControlPlane``."""
+class WorkerProtocol:
+    """The worker-facing verbs of the plane, over its ``state``."""
 
-    # the state the verbs serve from, owned by ControlPlane
-    book: JobBook
-    endpoints: dict[str, EndpointState]
-    workers: dict[str, Worker]
-    clock: Clock
-    #: how long job-take and job-stop hold a request before answering with nothing
-    take_hold_s: float
-
-    # the plane's transitions the verbs lead to
-
-    @abstractmethod
-    def _finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None: ...
-
-    @abstractmethod
-    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None: ...
-
-    @abstractmethod
-    def _kick_if_someone_waits(self) -> None: ...
+    def __init__(
+        self,
+        state: PlaneState,
+        *,
+        take_hold_s: float,
+        after_job: Callable[[Worker, bool], None],
+        kick_if_someone_waits: Callable[[], None],
+    ) -> None:
+        """``take_hold_s``: how long job-take and job-stop hold a request before answering with nothing;
+        ``after_job(worker, stop_pod)``: one of the worker's jobs ended (it may go idle, or stop: supervision's rule);
+        ``kick_if_someone_waits``: a worker may have devices an endpoint waits for."""
+        self._state = state
+        # the state's containers never change (only their contents): kept, as the verbs run per job
+        self._book = state.book
+        self._endpoints = state.endpoints
+        self._workers = state.workers
+        self._clock = state.clock
+        self.take_hold_s = take_hold_s
+        self._after_job = after_job
+        self._kick_if_someone_waits = kick_if_someone_waits
 
     # the verbs
 
     def _worker(self, endpoint: str, worker_id: str, *, exchange: bool = True) -> Worker | None:
         """The worker a request names (None if unknown); its first request makes a starting (queue) worker ready.
         ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not)."""
-        worker = self.workers.get(worker_id)
+        worker = self._workers.get(worker_id)
         if worker is None or worker.endpoint != endpoint:
             return None
-        now = self.clock.monotonic()
+        now = self._clock.monotonic()
         if exchange:
             worker.last_exchange = now
         if worker.state is WorkerState.STARTING:
-            ep = self.endpoints[endpoint]
+            ep = self._endpoints[endpoint]
             if ep.spec.serves_routes:  # a route worker is ready when its /ping says so (routeserving), not before
                 return worker
             worker.state = WorkerState.IDLE
@@ -72,7 +74,7 @@ class WorkerProtocol(ABC):
         self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
     ) -> list[dict[str, Any]]:
         """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop)."""
-        ep = self.endpoints.get(endpoint)
+        ep = self._endpoints.get(endpoint)
         worker = self._worker(endpoint, worker_id)
         hold = self.take_hold_s if hold_s is None else hold_s
         if ep is None or worker is None:  # unknown: hold anyway, so a misconfigured worker does not spin
@@ -97,18 +99,18 @@ class WorkerProtocol(ABC):
         return [protocol.job_payload(job.id, job.input, job.extra) for job in jobs]
 
     def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
-        jobs = self.book.pop(ep, count)
+        jobs = self._book.pop(ep, count)
         for job in jobs:
             self._assign(job, worker)
         return jobs
 
-    def _dispatch(self, ep: EndpointState) -> None:
+    def dispatch(self, ep: EndpointState) -> None:
         """Hand queued jobs to workers already waiting in a long-poll."""
         retiring: list[Taker] = []
         while ep.queued and ep.takers:
             entry = ep.takers.popleft()
             worker_id, count, future = entry
-            worker = self.workers.get(worker_id)
+            worker = self._workers.get(worker_id)
             if future.done() or worker is None:
                 continue
             if not worker.live:  # keeps waiting (its stop answers it), and gets nothing
@@ -123,7 +125,7 @@ class WorkerProtocol(ABC):
         ep.takers.extendleft(reversed(retiring))
 
     def _assign(self, job: Job, worker: Worker) -> None:
-        self.book.taken(job, worker.id, worker.placement())
+        self._book.taken(job, worker.id, worker.placement())
         worker.jobs.add(job.id)
         worker.unnamed.pop(job.id, None)
         if job.id in worker.to_stop:  # a stop meant for an earlier run of this job must not end this one
@@ -133,18 +135,18 @@ class WorkerProtocol(ABC):
     def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
         """A result (or a progress update) from a worker; idempotent: a late or repeated one changes nothing."""
         worker = self._worker(endpoint, worker_id)
-        job = self.book.find(job_id)
+        job = self._book.find(job_id)
         if job is not None and isinstance(body, dict) and job.worker_id == worker_id:
             if body.get("status") == "IN_PROGRESS":
                 if job.status is JobStatus.IN_PROGRESS:  # progress_update; may arrive after the result: ignored then
                     job.output = body.get("output")  # progress is JSON: a binary mark is not kept for it
-                    self.book.save(job)
+                    self._book.save(job)
                 return
             if job.status is JobStatus.IN_PROGRESS:
                 self._complete(job, body)
         if worker is not None:
             worker.jobs.discard(job_id)
-            self._after_job(worker, stop_pod=isinstance(body, dict) and bool(body.get("stopPod")))
+            self._after_job(worker, isinstance(body, dict) and bool(body.get("stopPod")))
 
     def output_too_large(self, endpoint: str, worker_id: str, job_id: str, limit: int) -> None:
         """A worker's result for its job was over ``limit`` bytes: the job fails now (reason ``output_too_large``),
@@ -163,7 +165,7 @@ class WorkerProtocol(ABC):
         jobs: flashpoint's own worker posts what finished together in one exchange, which carries its next jobs."""
         for job_id, body in results:
             self.done(endpoint, worker_id, job_id, body)
-        worker = self.workers.get(worker_id)
+        worker = self._workers.get(worker_id)
         if take > 0 and worker is not None and worker.live:
             return await self.take(endpoint, worker_id, take)
         return []
@@ -174,28 +176,18 @@ class WorkerProtocol(ABC):
             parsed, reason = protocol.parse_error(error)
             job.output = body.get("output")
             job.error = parsed
-            self._finish(job, JobStatus.FAILED, reason)
+            self._state.finish(job, JobStatus.FAILED, reason)
         elif codec.is_binary(body) and not _binary_allowed(job, body.get("output")):
-            self._finish(job, JobStatus.FAILED, Reason.OUTPUT_NOT_SERIALIZABLE, _BINARY_REFUSED)
+            self._state.finish(job, JobStatus.FAILED, Reason.OUTPUT_NOT_SERIALIZABLE, _BINARY_REFUSED)
         else:
             job.output = body.get("output")
             job.output_binary = codec.is_binary(body)
-            self._finish(job, JobStatus.COMPLETED, Reason.COMPLETED)
-
-    def _after_job(self, worker: Worker, *, stop_pod: bool = False) -> None:
-        if stop_pod:
-            worker.retiring = True
-        if not worker.jobs and worker.state is WorkerState.RUNNING:
-            worker.state = WorkerState.IDLE
-            worker.idle_since = self.clock.monotonic()
-        if worker.retiring and not worker.jobs:
-            self._stop_worker(worker)
-        self._kick_if_someone_waits()
+            self._state.finish(job, JobStatus.COMPLETED, Reason.COMPLETED)
 
     def chunk(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
         """A chunk a generator handler yielded (job-stream): pending until read through ``read_chunks``."""
         self._worker(endpoint, worker_id)
-        job = self.book.find(job_id)
+        job = self._book.find(job_id)
         if job is not None and job.status is JobStatus.IN_PROGRESS and job.worker_id == worker_id:
             if not isinstance(body, dict):
                 return
@@ -205,7 +197,7 @@ class WorkerProtocol(ABC):
                     log.warning("job %s: %s; chunk dropped", job.id, _BINARY_REFUSED.message)
                     return
                 chunk[ENCODING_KEY] = BINARY_ENCODING
-            self.book.add_chunk(job, chunk)
+            self._book.add_chunk(job, chunk)
 
     async def stop_signals(self, endpoint: str, worker_id: str, hold_s: float | None = None) -> list[str]:
         """Long-poll: job ids this worker must stop (cancelled or timed out)."""
@@ -231,25 +223,29 @@ class WorkerProtocol(ABC):
         """A heartbeat; ``job_ids`` are the jobs the worker says it runs (Runpod's ping ``job_id``), when it says.
 
         A job the worker holds but its pings stop naming was lost inside the worker: past ``lost_job_grace_s`` the
-        tick's watchdog (``_watch_workers``) gives it back to the queue, and loses the worker if it is wedged.
+        tick's watchdog (``WorkerSupervision.watch``) gives it back to the queue, and loses the worker if it is wedged.
         """
         worker = self._worker(endpoint, worker_id, exchange=False)
         if worker is None or job_ids is None:
             return
-        named, now = set(job_ids), self.clock.monotonic()
+        named, now = set(job_ids), self._clock.monotonic()
         worker.unnamed = {j: worker.unnamed.get(j, now) for j in worker.jobs if j not in named}
 
-    def _signal_stop(self, worker: Worker, job_id: str) -> None:
-        worker.to_stop.append(job_id)
-        worker.jobs.discard(job_id)
-        wake(worker)
 
-    def _release_takers(self, ep: EndpointState, worker_id: str | None) -> None:
-        for entry in list(ep.takers):
-            if worker_id is None or entry[0] == worker_id:
-                ep.takers.remove(entry)
-                if not entry[2].done():
-                    entry[2].set_result([])
+def signal_stop(worker: Worker, job_id: str) -> None:
+    """Tell the worker (through its job-stop long-poll) to stop ``job_id``; the job is no longer its own."""
+    worker.to_stop.append(job_id)
+    worker.jobs.discard(job_id)
+    wake(worker)
+
+
+def release_takers(ep: EndpointState, worker_id: str | None) -> None:
+    """Answer the job-take long-polls of ``worker_id`` (of every worker: None) with nothing."""
+    for entry in list(ep.takers):
+        if worker_id is None or entry[0] == worker_id:
+            ep.takers.remove(entry)
+            if not entry[2].done():
+                entry[2].set_result([])
 
 
 #: a worker marked an output binary for a job whose caller did not accept binary output

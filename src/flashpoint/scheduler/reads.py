@@ -1,80 +1,78 @@
 """The plane's reads: explanations, Runpod's health body, fleet and node rows, endpoint rows, metrics gauges, job
-lists. They plan without applying (``ControlPlane.plan``) and change nothing, so ``GET /v1/...``, ``/health``,
-``flashpoint gpus`` and ``flashpoint explain`` never start or stop a worker; ``reconcile()`` and ``tick()`` are the only
-places that do.
+lists. They plan without applying (the ``plan`` they are given is ``ControlPlane.plan``) and change nothing, so
+``GET /v1/...``, ``/health``, ``flashpoint gpus`` and ``flashpoint explain`` never start or stop a worker;
+``reconcile()`` and ``tick()`` are the only places that do.
 
-``PlaneReads`` is a base of ``ControlPlane``: it declares what it reads of the plane; the read models themselves are
-the pure functions of ``views``.
+``PlaneReads`` is a collaborator of ``ControlPlane``: it reads the plane's state; the read models themselves are the
+pure functions of ``views``.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from flashpoint.explain import Explanation
-from flashpoint.jobs import Job, JobStatus, JobView
+from flashpoint.fleet.inventory import fleet_summary, nodes_summary
+from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler import planner, views
-from flashpoint.scheduler.jobbook import JobBook
-from flashpoint.scheduler.placement.index import FleetIndex
-from flashpoint.scheduler.records import EndpointState
+from flashpoint.scheduler.envgate import system_note
+from flashpoint.scheduler.optionnotes import host_option_notes
+from flashpoint.scheduler.placement.fit import endpoint_notes
+from flashpoint.scheduler.state import PlaneState
 from flashpoint.spec import EndpointSpec
-from flashpoint.store.base import JobStore
 
 
-class PlaneReads(ABC):
-    """The read-only verbs of ``ControlPlane``."""
+class PlaneReads:
+    """The read-only verbs of the plane, over its ``state``; ``plan`` says what a reconcile would do now."""
 
-    endpoints: dict[str, EndpointState]
-    index: FleetIndex
-    book: JobBook
-    store: JobStore
+    def __init__(self, state: PlaneState, *, plan: Callable[[], planner.Plan]) -> None:
+        self._state = state
+        self._plan = plan
 
-    @abstractmethod
-    def endpoint(self, name: str) -> EndpointState: ...
+    def fleet_summary(self, spec: EndpointSpec | None = None) -> str:
+        """The fleet in one line: its GPUs; for a CPU endpoint (``spec``), its nodes' CPUs and memory."""
+        if spec is not None and not spec.uses_gpu:
+            return nodes_summary(self._state.index.nodes.nodes)
+        return fleet_summary(self._state.index.devices)
 
-    @abstractmethod
-    def job(self, job_id: str) -> Job: ...
-
-    @abstractmethod
-    def plan(self) -> planner.Plan: ...
-
-    @abstractmethod
-    def fleet_summary(self, spec: EndpointSpec | None = None) -> str: ...
-
-    @abstractmethod
-    def notes(self, spec: EndpointSpec) -> tuple[str, ...]: ...
+    def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
+        """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match, a
+        volume's directory, Runpod cloud settings recorded and not applied)."""
+        ep = self._state.endpoints.get(spec.name)
+        lacking = system_note(ep.system_missing) if ep is not None and ep.system_missing else ()
+        return endpoint_notes(spec, self._state.index) + host_option_notes(spec) + lacking
 
     def explain_endpoint(self, name: str) -> Explanation:
-        ep = self.endpoint(name)
-        waiting = self.plan().waiting.get(name, ())
+        ep = self._state.endpoint(name)
+        waiting = self._plan().waiting.get(name, ())
         fleet = self.fleet_summary(ep.spec)
         return views.explain(ep, None, waiting, position=None, fleet=fleet, notes=self.notes(ep.spec))
 
     def explain_job(self, job_id: str) -> Explanation:
-        job = self.job(job_id)
-        ep = self.endpoint(job.endpoint)
-        position = self.book.position(ep, job) if job.status is JobStatus.IN_QUEUE else None
-        waiting = self.plan().waiting.get(ep.spec.name, ())
+        job = self._state.book.get(job_id)
+        ep = self._state.endpoint(job.endpoint)
+        position = self._state.book.position(ep, job) if job.status is JobStatus.IN_QUEUE else None
+        waiting = self._plan().waiting.get(ep.spec.name, ())
         fleet = self.fleet_summary(ep.spec)
         return views.explain(ep, job, waiting, position=position, fleet=fleet, notes=self.notes(ep.spec))
 
     def health(self, endpoint: str) -> dict[str, Any]:
         """Runpod's ``/health`` body."""
-        return views.health(self.endpoint(endpoint))
+        return views.health(self._state.endpoint(endpoint))
 
     def fleet_view(self) -> list[dict[str, Any]]:
-        return views.fleet_rows(self.index)
+        return views.fleet_rows(self._state.index)
 
     def node_view(self) -> list[dict[str, Any]]:
         """``GET /v1/fleet``'s nodes: each node's facts and the CPU workers reserving its cores and memory."""
-        return views.node_rows(self.index.nodes)
+        return views.node_rows(self._state.index.nodes)
 
     def endpoint_rows(self, name: str | None = None) -> list[dict[str, Any]]:
         """``GET /v1/endpoints`` (or one endpoint's row): options, queue, workers, counters, explanation; one plan
         serves every row."""
-        chosen = [self.endpoint(name)] if name is not None else list(self.endpoints.values())
-        waiting = self.plan().waiting
+        chosen = [self._state.endpoint(name)] if name is not None else list(self._state.endpoints.values())
+        waiting = self._plan().waiting
         return [
             views.endpoint_row(
                 ep,
@@ -92,10 +90,10 @@ class PlaneReads(ABC):
 
     def gauges(self) -> list[views.EndpointGauges]:
         """What a metrics scrape reads of each endpoint."""
-        return views.gauges(self.endpoints.values())
+        return views.gauges(self._state.endpoints.values())
 
     def list_jobs(
         self, endpoint: str | None = None, status: JobStatus | None = None, limit: int = 100
     ) -> list[JobView]:
         """Jobs, newest first."""
-        return [job.view() for job in self.store.list(endpoint=endpoint, status=status, limit=limit)]
+        return [job.view() for job in self._state.book.store.list(endpoint=endpoint, status=status, limit=limit)]

@@ -1,8 +1,8 @@
 """HTTP-route endpoints on the plane: which worker takes a request, requests held until a worker is ready, and when
 a route worker is ready.
 
-``RouteServing`` is a base of ``WorkerSupervision`` (so of ``ControlPlane``) beside ``WorkerProtocol``: the route side
-of the same state machine. A route worker is placed, scaled, stopped and explained as any worker; what differs is
+``RouteServing`` is a collaborator of ``ControlPlane`` beside ``WorkerProtocol``: the route side of the same state
+machine, over the plane's state. A route worker is placed, scaled, stopped and explained as any worker; what differs is
 only how work reaches it (the server's proxy forwards HTTP requests to its address instead of the worker pulling jobs)
 and how it says it is ready (its ``GET /ping`` answers 200; the plane polls it, see ``readiness``), and that every
 request to it, the readiness probe's included, carries its route secret (``route_secret``). So the records
@@ -22,16 +22,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from flashpoint.clock import Clock
 from flashpoint.errors import BadInputError
 from flashpoint.explain import Explanation
 from flashpoint.scheduler import readiness
 from flashpoint.scheduler.credentials import route_credential
 from flashpoint.scheduler.readiness import Probe, Verdict
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
+from flashpoint.scheduler.state import PlaneState
 from flashpoint.spec import EndpointSpec, ServerlessScalerType
 
 log = logging.getLogger("flashpoint.plane")
@@ -80,44 +79,42 @@ def oldest_held(ep: EndpointState) -> float | None:
     return None
 
 
-class RouteServing(ABC):
-    """The route side of ``ControlPlane``: the verbs the server's proxy uses, and route workers' readiness."""
+class RouteServing:
+    """The route side of the plane: the verbs the server's proxy uses, and route workers' readiness."""
 
-    # the state these verbs serve from, owned by ControlPlane
-    endpoints: dict[str, EndpointState]
-    workers: dict[str, Worker]
-    clock: Clock
-    _closing: bool
-
-    @abstractmethod
-    def kick(self) -> None: ...
-
-    @abstractmethod
-    def _kick_if_someone_waits(self) -> None: ...
-
-    @abstractmethod
-    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None: ...
-
-    @abstractmethod
-    def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None: ...
-
-    @abstractmethod
-    def _lose(self, worker: Worker, why: str) -> None: ...
-
-    @abstractmethod
-    def explain_endpoint(self, name: str) -> Explanation: ...
-
-    @abstractmethod
-    def worker_credential(self, endpoint: str, worker_id: str) -> str: ...
-
-    def _init_routes(self, probe: Probe, ready_timeout_s: float, poll_s: tuple[float, float]) -> None:
-        #: route endpoints by name: what the proxy looks a request's first path segment up in
-        self.routed: dict[str, EndpointState] = {}
+    def __init__(
+        self,
+        state: PlaneState,
+        *,
+        probe: Probe,
+        ready_timeout_s: float,
+        poll_s: tuple[float, float],
+        credential: Callable[[str, str], str],
+        explain: Callable[[str], Explanation],
+        stop_worker: Callable[[Worker], None],
+        failed_start: Callable[[Worker, str], None],
+        kick: Callable[[], None],
+        kick_if_someone_waits: Callable[[], None],
+    ) -> None:
+        """``probe`` asks a worker's ``/ping``; ``credential(endpoint, worker id)`` is a worker's key (its route
+        secret derives from it); ``explain(endpoint)`` is what a request given up on is answered with;
+        ``stop_worker`` stops a retiring worker once its last request is answered; ``failed_start(worker, why)``: a
+        starting worker did not answer ``/ping`` 200 in time (supervision gives it up, as a failed start)."""
+        self._state = state
+        # the state's containers never change (only their contents): kept, as the proxy's verbs run per request
+        self._workers = state.workers
+        self._clock = state.clock
         self._probe = probe
         #: how long a route worker may take to answer /ping 200 before it counts as a failed start
         self.route_ready_timeout_s = ready_timeout_s
         #: the first and the longest pause between two asks of a starting route worker's /ping
         self._poll_s = poll_s
+        self._credential = credential
+        self._explain = explain
+        self._stop_worker = stop_worker
+        self._failed_start = failed_start
+        self._kick = kick
+        self._kick_if_someone_waits = kick_if_someone_waits
         self._polls: set[asyncio.Task[None]] = set()
 
     # ----------------------------------------------------------------------------------------------------------------
@@ -128,7 +125,7 @@ class RouteServing(ABC):
         in ``FLASHPOINT_ROUTE_SECRET``: derived from its worker key, computed once."""
         secret = worker.route_secret
         if not secret:
-            key = self.worker_credential(worker.endpoint, worker.id)
+            key = self._credential(worker.endpoint, worker.id)
             secret = worker.route_secret = route_credential(key, worker.endpoint, worker.id)
         return secret
 
@@ -150,13 +147,13 @@ class RouteServing(ABC):
         held = ep.held
         while held and held[0][1].done():  # requests that gave up leave from the front
             held.popleft()
-        held.append((self.clock.time(), future))
+        held.append((self._clock.time(), future))
         ep.queued += 1
-        self.kick()
+        self._kick()
 
         def give_up() -> None:
             if not future.done():
-                future.set_result(self.explain_endpoint(ep.spec.name))
+                future.set_result(self._explain(ep.spec.name))
                 ep.queued -= 1  # its entry stays in ``held`` (done), dropped when it reaches the front
 
         timer = loop.call_later(timeout_s, give_up)
@@ -179,8 +176,8 @@ class RouteServing(ABC):
         ep.in_flight -= 1
         if not worker.in_flight and worker.state is _RUNNING:
             worker.state = _IDLE
-            worker.idle_since = self.clock.monotonic()
-            if worker.retiring and self.workers.get(worker.id) is worker:
+            worker.idle_since = self._clock.monotonic()
+            if worker.retiring and self._workers.get(worker.id) is worker:
                 self._stop_worker(worker)
             self._kick_if_someone_waits()
 
@@ -196,7 +193,7 @@ class RouteServing(ABC):
             and ep.in_flight > spec.scaler_value * len(ep.workers)
             and len(ep.workers) < spec.workers_max
         ):
-            self.kick()
+            self._kick()
 
     def _serve_held(self, ep: EndpointState) -> None:
         """Hand held requests, oldest first, to the ready workers (a worker just became ready)."""
@@ -214,12 +211,12 @@ class RouteServing(ABC):
             self._hand(ep, worker)
             future.set_result(worker)
 
-    def _give_up_held(self, ep: EndpointState) -> None:
+    def give_up_held(self, ep: EndpointState) -> None:
         """Answer every held request of ``ep`` now with the endpoint's explanation (no worker of it could start, or
         the plane is closing: waiting will not help)."""
         if not ep.queued:
             return
-        explanation = self.explain_endpoint(ep.spec.name)  # while they still count: it says what they waited for
+        explanation = self._explain(ep.spec.name)  # while they still count: it says what they waited for
         held = ep.held
         while held:
             future = held.popleft()[1]
@@ -230,14 +227,16 @@ class RouteServing(ABC):
     # ----------------------------------------------------------------------------------------------------------------
     # readiness
 
-    def _watch_ready(self, worker: Worker) -> None:
+    def watch_ready(self, worker: Worker) -> None:
         """Poll a started route worker's /ping until it is ready, gone, or past the limit."""
         task = asyncio.get_running_loop().create_task(self._poll_ready(worker))
         self._polls.add(task)
         task.add_done_callback(self._polls.discard)
 
     def _starting(self, worker: Worker) -> bool:
-        return not self._closing and self.workers.get(worker.id) is worker and worker.state is WorkerState.STARTING
+        return (
+            not self._state.closing and self._workers.get(worker.id) is worker and worker.state is WorkerState.STARTING
+        )
 
     async def _poll_ready(self, worker: Worker) -> None:
         address = worker.address
@@ -246,7 +245,7 @@ class RouteServing(ABC):
             status = await self._probe(address, readiness.PROBE_TIMEOUT_S, self.route_secret(worker))
             if not self._starting(worker):
                 return
-            waited = self.clock.monotonic() - worker.started_at
+            waited = self._clock.monotonic() - worker.started_at
             verdict = readiness.verdict(status, waited, self.route_ready_timeout_s)
             if verdict is Verdict.READY:
                 self._route_ready(worker)
@@ -258,10 +257,10 @@ class RouteServing(ABC):
             asked += 1
 
     def _route_ready(self, worker: Worker) -> None:
-        ep = self.endpoints[worker.endpoint]
+        ep = self._state.endpoints[worker.endpoint]
         worker.state = _IDLE
         worker.ever_ready = True
-        worker.idle_since = self.clock.monotonic()
+        worker.idle_since = self._clock.monotonic()
         ep.start_failures = ep.start_losses = 0
         log.info("worker %s of %s is ready at %s", worker.id, worker.endpoint, worker.address)
         self._serve_held(ep)
@@ -271,18 +270,16 @@ class RouteServing(ABC):
         """A failed start: the worker did not answer /ping 200 within the limit. It is given up at once (killed,
         its devices back), so the back-off and the explanation, the held requests' included, are a failed start's
         (not a stopping worker's)."""
-        ep = self.endpoints[worker.endpoint]
         why = (
             f"it was not ready within {self.route_ready_timeout_s:g}s (FLASHPOINT_ROUTE_READY_TIMEOUT_S): "
             f"{readiness.describe(status)}"
         )
         worker.stderr_tail.append(f"flashpoint: worker {worker.id} {why}")
-        self._lose(worker, why)
-        self._start_failed(ep, worker, -1)
+        self._failed_start(worker, why)
 
-    async def _close_routes(self) -> None:
+    async def close(self) -> None:
         """Stop polling; answer every held request (the plane is closing)."""
         for task in list(self._polls):
             task.cancel()
-        for ep in self.routed.values():
-            self._give_up_held(ep)
+        for ep in self._state.routed.values():
+            self.give_up_held(ep)

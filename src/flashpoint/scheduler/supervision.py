@@ -1,7 +1,8 @@
 """Worker supervision: what a worker is started with, starting and stopping it through the backend (``Supervisor``),
-and the plane's side of a worker's life (``WorkerSupervision``, a base of ``ControlPlane``): recording a started
-worker and its devices, its output lines, its exit, the back-off after a start that failed or was killed, devices
-set aside, stopping it and forgetting it once gone.
+and the plane's side of a worker's life (``WorkerSupervision``, a collaborator of ``ControlPlane``): recording a
+started worker and its devices, its output lines, its exit, the back-off after a start that failed or was killed,
+devices set aside, the watchdog's findings (jobs dropped, jobs past their execution timeout), stopping it and
+forgetting it once gone.
 
 The planner decides which worker to start where; this room carries it out, taking the devices' machine-wide leases
 first (``leasing``), and applies the watchdog's findings. Invariants:
@@ -19,25 +20,24 @@ import json
 import logging
 import os
 import secrets
-from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from flashpoint.backends.base import Backend, Launch, LineCallback
-from flashpoint.clock import Clock
 from flashpoint.errors import BackendError, NotReadyError
 from flashpoint.fleet import volumes
-from flashpoint.fleet.inventory import Device, Holder, Node
+from flashpoint.fleet.inventory import Device, Fleet, Holder, Node
 from flashpoint.jobs import LOG_CUT, MAX_JOB_LOG_LINES, Job, JobError, JobStatus, Reason
-from flashpoint.scheduler import watchdog
+from flashpoint.scheduler import departed, watchdog
 from flashpoint.scheduler.credentials import caller_credential, route_credential
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
 from flashpoint.scheduler.ownership.leasing import DeviceLeasing
 from flashpoint.scheduler.placement.fit import CpuFit, Fit
-from flashpoint.scheduler.placement.index import FleetIndex
-from flashpoint.scheduler.protocol import WorkerProtocol
+from flashpoint.scheduler.protocol import release_takers, signal_stop
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.scheduler.routeserving import RouteServing
+from flashpoint.scheduler.settings import PlaneSettings
+from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.waiters import wake
 from flashpoint.terminal import inert
 from flashpoint.wire import protocol
@@ -273,35 +273,62 @@ class Supervisor:
             await asyncio.wait(list(self._tasks), timeout=10.0)
 
 
-class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
-    """The plane's side of a worker's life; ``ControlPlane`` owns the state it reads and writes. It builds on both
-    ways work reaches a worker: the protocol's verbs (a stopping worker's long-polls are answered through them) and
-    the route proxy's (a route worker's readiness, and its held requests when no worker can start); a worker's
-    devices are leased machine-wide while it holds them (``DeviceLeasing``)."""
+class WorkerSupervision:
+    """The plane's side of a worker's life, over the plane's ``state``: it starts workers where the planner placed
+    them (their devices' leases first, through ``leasing``), hears their lines and exits through the ``Supervisor`` it
+    owns, applies the watchdog's findings, and stops and forgets them. A route worker's readiness is ``routes``'
+    (a started one is handed to it; its held requests are answered when no worker can start)."""
 
-    index: FleetIndex
-    supervisor: Supervisor
-    clock: Clock
-    #: this machine's node name (the plane's own; workers run on the nodes placement gives them)
-    node: str
-    #: seconds between SIGTERM and SIGKILL when a worker is stopped
-    stop_grace_s: float
-    #: how long a worker's pings may leave out a job it holds before the worker counts as lost
-    lost_job_grace_s: float
-    _closing: bool
-    #: devices passed over until a monotonic time, because a worker placed on them never came up
-    _set_aside: dict[tuple[str, int], tuple[float, Device]]
+    def __init__(
+        self,
+        state: PlaneState,
+        backend: Backend,
+        settings: PlaneSettings,
+        *,
+        credential: Callable[[str, str], str],
+        leasing: DeviceLeasing,
+        routes: RouteServing,
+        job_lost: Callable[[EndpointState, Job, str], None],
+        kick: Callable[[], None],
+        kick_if_someone_waits: Callable[[], None],
+    ) -> None:
+        """``credential(endpoint, worker id)`` is a worker's key; ``job_lost(ep, job, what)`` applies the retry rule
+        to a running job whose worker is gone; ``kick`` asks for a reconcile, ``kick_if_someone_waits`` for one only
+        while an endpoint waits for devices."""
+        self._state = state
+        self._leasing = leasing
+        self._routes = routes
+        self._job_lost = job_lost
+        self._kick = kick
+        self._kick_if_someone_waits = kick_if_someone_waits
+        ping_interval_s = max(1.0, settings.ping_interval_s)
+        grace = settings.lost_job_grace_s
+        #: how long a worker's pings may leave out a job it holds before the worker counts as lost
+        self.lost_job_grace_s = 3 * ping_interval_s if grace is None else grace
+        #: seconds between SIGTERM and SIGKILL when a worker is stopped
+        self.stop_grace_s = settings.stop_grace_s
+        self.supervisor = Supervisor(
+            backend,
+            python=settings.python,
+            worker_env=dict(settings.worker_env),
+            parent_pid=settings.parent_pid,
+            base_url=settings.base_url,
+            ping_interval_s=ping_interval_s,
+            max_result_bytes=settings.max_result_bytes,
+            credential=credential,
+            on_line=self._on_line,
+            on_exit=self._on_exit,
+            on_not_ready=self._on_not_ready,
+            on_serving=routes.watch_ready,
+            node_of=state.index.nodes.node,
+        )
+        #: devices passed over until a monotonic time, because a worker placed on them never came up
+        self.set_aside: dict[tuple[str, int], tuple[float, Device]] = {}
 
-    @abstractmethod
-    def kick(self) -> None: ...
-
-    @abstractmethod
-    def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None: ...
-
-    def _start_worker(self, ep: EndpointState, fit: Fit | CpuFit) -> None:
+    def start(self, ep: EndpointState, fit: Fit | CpuFit) -> None:
         devices = fit.devices if isinstance(fit, Fit) else ()
         cpu = fit.slot if isinstance(fit, CpuFit) else None
-        now = self.clock.monotonic()
+        now = self._state.clock.monotonic()
         worker = Worker(
             id=f"{ep.spec.name}-w{ep.worker_seq + 1}-{secrets.token_hex(3)}",
             endpoint=ep.spec.name,
@@ -319,15 +346,15 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             worker.stderr_tail.append(str(exc))
             self._start_failed(ep, worker, -1)
             return
-        if devices and not self._take_leases(worker):
+        if devices and not self._leasing.take(worker):
             return  # another process holds one: the index holds it for that process, and a reconcile places again
         ep.worker_seq += 1
-        self.workers[worker.id] = worker
+        self._state.workers[worker.id] = worker
         ep.workers[worker.id] = worker
         if devices:
-            self.index.hold(devices, Holder(worker.id, ep.spec.name))
+            self._state.index.hold(devices, Holder(worker.id, ep.spec.name))
         if cpu is not None:
-            self.index.nodes.reserve(cpu, Holder(worker.id, ep.spec.name))
+            self._state.index.nodes.reserve(cpu, Holder(worker.id, ep.spec.name))
         if isinstance(fit, CpuFit):
             where = f"{fit.node}: {fit.request.name} (cores {', '.join(map(str, fit.slot.cores))})"
         else:
@@ -335,32 +362,32 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
         log.info("starting worker %s for %s on %s", worker.id, ep.spec.name, where)
         self.supervisor.start(worker, launch)
 
-    def _stop_worker(self, worker: Worker, grace_s: float | None = None) -> None:
+    def stop(self, worker: Worker, grace_s: float | None = None) -> None:
         if worker.state is WorkerState.STOPPING:
             return
-        self._mark_stopping(worker)
+        self.mark_stopping(worker)
         self.supervisor.stop(worker.id, self.stop_grace_s if grace_s is None else grace_s)
 
-    def _mark_stopping(self, worker: Worker) -> None:
+    def mark_stopping(self, worker: Worker) -> None:
         worker.state = WorkerState.STOPPING
         wake(worker)  # answer its job-stop long-poll: the worker can exit at once
-        ep = self.endpoints.get(worker.endpoint)
+        ep = self._state.endpoints.get(worker.endpoint)
         if ep is not None:
-            self._release_takers(ep, worker.id)
+            release_takers(ep, worker.id)
 
     def _on_line(self, worker_id: str, channel: str, line: str) -> None:
-        worker = self.workers.get(worker_id)
+        worker = self._state.workers.get(worker_id)
         job_id, line = protocol.untag_line(line)
         if worker is not None and channel == "stderr":
             worker.stderr_tail.append(line)
         if job_id:
-            job = self.book.find(job_id)
+            job = self._state.book.find(job_id)
             # only the worker that ran the job writes to its log
             if job is not None and job.worker_id == worker_id and len(job.logs) < MAX_JOB_LOG_LINES:
                 # the last line kept says the log was cut, so every reader of it (API, CLI, dashboard) knows
                 job.logs.append(line if len(job.logs) < MAX_JOB_LOG_LINES - 1 else LOG_CUT)
                 if job.status.terminal:  # a running job's lines are written with its next change
-                    self.book.save(job)
+                    self._state.book.save(job)
         endpoint = worker.endpoint if worker else "?"
         # at the level Runpod's logger printed it (console.py): a worker's DEBUG lines stay off an INFO console; inert
         # whatever handler prints it (terminal.py): a server's worker prints what its jobs hold
@@ -372,15 +399,15 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
         """A worker process ended. Before its first pull that is a failed start only if it ``failed`` by itself
         (by default: judged from ``code``, see ``scheduler.exits``); a worker killed from outside is only lost.
         ``cause``: what the backend says happened, when it lost sight of the process (then no signal is meant)."""
-        worker = self.workers.get(worker_id)
+        worker = self._state.workers.get(worker_id)
         if worker is None:
             return
         expected = worker.state is WorkerState.STOPPING
         how = describe_exit(code, cause)
         self._forget(worker, f"worker {worker_id} ended ({how})")
-        if expected or self._closing:
+        if expected or self._state.closing:
             return
-        ep = self.endpoints[worker.endpoint]
+        ep = self._state.endpoints[worker.endpoint]
         if worker.ever_ready:
             log.warning("worker %s of %s ended unexpectedly (%s)", worker_id, worker.endpoint, how)
         elif failed_by_itself(code) if failed is None else failed:
@@ -393,17 +420,38 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
         are passed over for a while, and the next worker goes to the next candidate."""
         worker.state = WorkerState.STOPPING
         self._on_exit(worker.id, -1, cause="its place never came up")
-        until = self.clock.monotonic() + SET_ASIDE_S
-        aside = [d for d in worker.devices if d in self.index and self.index.is_free(d)]  # a node gone: none
+        until = self._state.clock.monotonic() + SET_ASIDE_S
+        index = self._state.index
+        aside = [d for d in worker.devices if d in index and index.is_free(d)]  # a node gone: none
         for device in aside:
-            self.index.hold((device,), Holder("", SET_ASIDE))
-            self._set_aside[device.key] = (until, device)
+            index.hold((device,), Holder("", SET_ASIDE))
+            self.set_aside[device.key] = (until, device)
         if aside:
             log.warning("%s; passing those devices over for %.0fs", exc, SET_ASIDE_S)
         else:  # they left the fleet (their node is away): nothing to pass over
             log.warning("%s", exc)
 
-    def _watch_workers(self, ep: EndpointState, now: float) -> None:
+    def after_job(self, worker: Worker, stop_pod: bool = False) -> None:
+        """One of the worker's jobs ended (its result came, it was cancelled, it was dropped): with none left it is
+        idle, and a retiring one (or one whose handler asked for ``stopPod``) stops."""
+        if stop_pod:
+            worker.retiring = True
+        if not worker.jobs and worker.state is WorkerState.RUNNING:
+            worker.state = WorkerState.IDLE
+            worker.idle_since = self._state.clock.monotonic()
+        if worker.retiring and not worker.jobs:
+            self.stop(worker)
+        self._kick_if_someone_waits()
+
+    def watch(self, ep: EndpointState, now: float, wall: float) -> None:
+        """The watchdog's turn for ``ep``'s workers (``now`` monotonic, ``wall`` the wall clock): jobs dropped
+        (``_watch_dropped``), then jobs past their execution timeout (``_timeout``)."""
+        self._watch_dropped(ep, now)
+        for worker in list(ep.workers.values()):
+            for job in watchdog.overdue(worker, self._state.book.find, wall):
+                self._timeout(job, worker)
+
+    def _watch_dropped(self, ep: EndpointState, now: float) -> None:
         """The watchdog, for jobs a worker holds but its pings have left out for ``lost_job_grace_s`` (it neither
         runs them nor posted their results). A worker that has not taken or posted anything since is wedged: it is
         lost, and its jobs follow the retry rule. One that goes on working only dropped those jobs: they follow the
@@ -413,7 +461,7 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             if found is None:
                 continue
             if found.wedged:
-                self._lose(
+                self.lose(
                     worker,
                     f"it holds job(s) {', '.join(found.jobs)} that its pings have not named for "
                     f"{now - found.since:.0f}s, and has taken and posted nothing since",
@@ -421,40 +469,80 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
                 continue
             for job_id in found.jobs:
                 worker.unnamed.pop(job_id, None)
-                self._signal_stop(worker, job_id)
-                job = self.book.find(job_id)
+                signal_stop(worker, job_id)
+                job = self._state.book.find(job_id)
                 if job is not None and job.status is JobStatus.IN_PROGRESS:
-                    self._worker_lost(ep, job, f"worker {worker.id} dropped the job (its pings stopped naming it)")
-            self._after_job(worker)
+                    self._job_lost(ep, job, f"worker {worker.id} dropped the job (its pings stopped naming it)")
+            self.after_job(worker)
 
-    def _lose(self, worker: Worker, why: str) -> None:
+    def _timeout(self, job: Job, worker: Worker) -> None:
+        log.warning(
+            "job %s ran past its execution timeout of %d ms; replacing worker %s",
+            job.id,
+            job.execution_timeout_ms,
+            worker.id,
+        )
+        self._state.finish(
+            job,
+            JobStatus.TIMED_OUT,
+            Reason.EXECUTION_TIMEOUT,
+            JobError("TimeoutError", f"execution exceeded {job.execution_timeout_ms} ms"),
+        )
+        signal_stop(worker, job.id)
+        # a sync handler cannot be interrupted: the worker is replaced, once its other jobs are done
+        worker.retiring = True
+        if not worker.jobs:
+            self.stop(worker, grace_s=1.0)
+        self._kick()
+
+    def lose_departed(self, fleet: Fleet) -> None:
+        """The fleet moved: devices set aside that left it are forgotten, and a worker on a device or node that left
+        is lost (a node that is away says why: the loss is the node's, not the worker's)."""
+        present = {d.key for d in fleet.devices}
+        nodes = {n.name for n in fleet.nodes}
+        for key in [k for k in self.set_aside if k not in present]:
+            del self.set_aside[key]
+        for worker in list(self._state.workers.values()):
+            gone = {d.node for d in worker.devices if d.key not in present}
+            if worker.cpu is not None and worker.cpu.node not in nodes:
+                gone.add(worker.cpu.node)
+            if gone:
+                self.lose(worker, departed.why_lost(sorted(gone), fleet.away))
+
+    def lose(self, worker: Worker, why: str) -> None:
         """A worker given up on (its devices left the fleet; it is wedged): its jobs follow the retry rule now, and
         its process is ended."""
         log.warning("worker %s of %s is lost: %s", worker.id, worker.endpoint, why)
-        self._mark_stopping(worker)
+        self.mark_stopping(worker)
         self._forget(worker, f"worker {worker.id} was lost ({why})")
         self.supervisor.stop(worker.id, 0.0)
 
+    def fail_start(self, worker: Worker, why: str) -> None:
+        """A starting worker given up on (a route worker not ready in time): it is lost now, and counts as a failed
+        start, so the back-off and the explanation, its held requests' included, are a failed start's."""
+        self.lose(worker, why)
+        self._start_failed(self._state.endpoints[worker.endpoint], worker, -1)
+
     def _forget(self, worker: Worker, what: str) -> None:
         """Drop a worker that is gone; its devices return, its running jobs go back under the retry rule."""
-        self.workers.pop(worker.id, None)
-        ep = self.endpoints[worker.endpoint]
+        self._state.workers.pop(worker.id, None)
+        ep = self._state.endpoints[worker.endpoint]
         ep.workers.pop(worker.id, None)
-        self.index.release(worker.devices)
-        self._release_leases(worker)
+        self._state.index.release(worker.devices)
+        self._leasing.release(worker)
         if worker.cpu is not None:
-            self.index.nodes.release(Holder(worker.id, worker.endpoint))
+            self._state.index.nodes.release(Holder(worker.id, worker.endpoint))
         wake(worker)
         for job_id in sorted(worker.jobs):
-            job = self.book.find(job_id)
+            job = self._state.book.find(job_id)
             if job is not None and job.status is JobStatus.IN_PROGRESS:
-                self._worker_lost(ep, job, what)
-        self.kick()
+                self._job_lost(ep, job, what)
+        self._kick()
 
     def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None:
         ep.start_failures += 1
         ep.last_start_error = "\n".join(worker.stderr_tail)[-2000:] or f"exit code {code}"
-        ep.next_start_at = self.clock.monotonic() + failed_start_delay(ep.start_failures)
+        ep.next_start_at = self._state.clock.monotonic() + failed_start_delay(ep.start_failures)
         log.error(
             "worker %s of %s failed (code %s) before it was ready (attempt %d of %d):\n%s",
             worker.id,
@@ -465,30 +553,25 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             ep.last_start_error,
         )
         if worker.environment_failed:  # the same requirements fail the same way: no attempt more helps the queue
-            self._fail_queued(ep, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentSetupError", ep.last_start_error))
-            self._give_up_held(ep)
+            self._state.fail_queued(
+                ep, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentSetupError", ep.last_start_error)
+            )
+            self._routes.give_up_held(ep)
         elif ep.start_failures >= MAX_START_ATTEMPTS:
             error = JobError(
                 "WorkerStartFailed",
                 f"no worker of {ep.spec.name!r} could start "
                 f"({ep.start_failures} attempts); last error:\n{ep.last_start_error}",
             )
-            self._fail_queued(ep, Reason.WORKER_START_FAILED, error)
-            self._give_up_held(ep)  # a route endpoint's held requests are answered now, with the explanation
-
-    def _fail_queued(self, ep: EndpointState, reason: Reason, error: JobError) -> None:
-        """Every job still queued for ``ep`` ends FAILED with ``reason`` and ``error``."""
-        for job in self.book.queued(ep):
-            self.book.count(ep, job, -1)
-            self._finish(job, JobStatus.FAILED, reason, error)
-        ep.queue.clear()
+            self._state.fail_queued(ep, Reason.WORKER_START_FAILED, error)
+            self._routes.give_up_held(ep)  # a route endpoint's held requests are answered now, with the explanation
 
     def _start_lost(self, ep: EndpointState, worker: Worker, how: str) -> None:
         """A starting worker killed from outside: not its handler's fault, so no failed start is counted and the
         queued jobs wait for the next worker; a short back-off keeps a kill loop (say, OOM) from spinning."""
         ep.start_losses += 1
         delay = lost_start_delay(ep.start_losses)
-        ep.next_start_at = max(ep.next_start_at, self.clock.monotonic() + delay)
+        ep.next_start_at = max(ep.next_start_at, self._state.clock.monotonic() + delay)
         log.warning(
             "worker %s of %s ended before taking a job (%s); starting another in %.1fs (not counted as a failed start)",
             worker.id,
@@ -497,9 +580,9 @@ class WorkerSupervision(WorkerProtocol, RouteServing, DeviceLeasing):
             delay,
         )
 
-    def _release_set_aside(self, now: float) -> None:
+    def release_set_aside(self, now: float) -> None:
         """Devices set aside until ``now`` (monotonic) or earlier go back to placement."""
-        for key, (until, device) in list(self._set_aside.items()):
+        for key, (until, device) in list(self.set_aside.items()):
             if until <= now:
-                del self._set_aside[key]
-                self.index.release((device,))
+                del self.set_aside[key]
+                self._state.index.release((device,))

@@ -1,0 +1,57 @@
+"""What the plane's rooms share: the endpoints' and workers' records, the fleet index, the job book, the clock, and
+whether the plane is closing.
+
+One ``PlaneState`` is built by ``ControlPlane`` and handed to each of its collaborators (``reads``, ``protocol``,
+``routeserving``, ``supervision``, ``ownership.leasing``), which read and write the parts their own rules need; none
+of them sees the plane itself. Its containers are made once and only ever changed in place, so a collaborator may keep
+a reference to one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from flashpoint.clock import Clock
+from flashpoint.errors import NotFoundError
+from flashpoint.jobs import Job, JobError, JobStatus, Reason
+from flashpoint.scheduler.jobbook import JobBook
+from flashpoint.scheduler.placement.index import FleetIndex
+from flashpoint.scheduler.records import EndpointState, Worker
+
+
+@dataclass(eq=False)
+class PlaneState:
+    clock: Clock
+    #: the fleet's devices and nodes, and who holds each
+    index: FleetIndex
+    #: every job's record, the queues and their caps, and who waits for a job
+    book: JobBook
+    #: every registered endpoint, by name
+    endpoints: dict[str, EndpointState] = field(default_factory=dict)
+    #: route endpoints by name: what the proxy looks a request's first path segment up in
+    routed: dict[str, EndpointState] = field(default_factory=dict)
+    #: every worker not yet gone, by id (each is also in its endpoint's ``workers``)
+    workers: dict[str, Worker] = field(default_factory=dict)
+    #: the plane is closing: nothing is started or reconciled, and a worker's exit is expected
+    closing: bool = False
+
+    def endpoint(self, name: str) -> EndpointState:
+        """The endpoint of that name; raises NotFoundError naming the endpoints there are."""
+        try:
+            return self.endpoints[name]
+        except KeyError:
+            raise NotFoundError(
+                f"no endpoint named {name!r}; endpoints: {', '.join(sorted(self.endpoints)) or 'none'}"
+            ) from None
+
+    def finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
+        """End a job in the book, counted in its endpoint's counters (when it still has one)."""
+        ep = self.endpoints.get(job.endpoint)
+        self.book.finish(job, status, reason, error, ep.counters if ep is not None else None)
+
+    def fail_queued(self, ep: EndpointState, reason: Reason, error: JobError) -> None:
+        """Every job still queued for ``ep`` ends FAILED with ``reason`` and ``error``."""
+        for job in self.book.queued(ep):
+            self.book.count(ep, job, -1)
+            self.finish(job, JobStatus.FAILED, reason, error)
+        ep.queue.clear()
