@@ -1,5 +1,8 @@
 """The engine's test door: a ControlPlane on a StubBackend (no processes) and a FakeClock (no waiting).
 
+A collaborator of the plane is tested alone on a bare ``plane_state`` (the state the plane's rooms share, with the
+same fake clock and simulated fleet), with ``add_endpoint`` and ``add_worker`` writing the records the plane would.
+
 A test registers endpoints, submits jobs, and plays the workers' part through the plane's own verbs (``take``,
 ``done``, ``ping``) or, with ``worker_client``, over the real worker routes in-process; ``step`` moves the clock and
 turns it once; ``settle`` waits for the plane, never for time. A route worker's ``/ping`` answers what the test says
@@ -25,9 +28,12 @@ from flashpoint.clock import FakeClock
 from flashpoint.fleet.inventory import Node
 from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.jobs import Job
+from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.scheduler.records import Worker, WorkerState
+from flashpoint.scheduler.placement.index import FleetIndex
+from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.scheduler.settings import PlaneSettings
+from flashpoint.scheduler.state import PlaneState
 from flashpoint.spec import EndpointSpec, RouteSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
 
@@ -158,3 +164,39 @@ async def open_door(
     )
     await plane.start(ticking=False)
     return Door(plane, backend, clock)
+
+
+def plane_state(fleet: str = "node-a=NVIDIA_H200:2", *, host: Node = DOOR_HOST) -> PlaneState:
+    """The state a plane's collaborators share, without a plane: a simulated ``fleet`` (the one-line syntax) in a
+    fleet index, a job book on a memory store, a FakeClock (``state.clock``)."""
+    clock = FakeClock()
+    described = parse_fleet(fleet, host=host) if fleet else None
+    index = FleetIndex(described.devices if described else (), described.node_facts if described else ())
+    return PlaneState(clock, index, JobBook(MemoryJobStore(), clock))
+
+
+def add_endpoint(state: PlaneState, **options: Any) -> EndpointState:
+    """Record an endpoint with ``Endpoint``'s options in ``state``, as registering it does (a route endpoint when
+    ``routes`` are given)."""
+    routes = tuple(options.pop("routes", ()))
+    spec = Endpoint(**options).spec
+    if routes:
+        spec = dataclasses.replace(spec, kind="routes", routes=routes)
+    ep = EndpointState(spec, ROUTE_TARGET if routes else TARGET, registered_at=state.clock.time())
+    state.endpoints[spec.name] = ep
+    if routes:
+        state.routed[spec.name] = ep
+    return ep
+
+
+def add_worker(state: PlaneState, ep: EndpointState, status: WorkerState = WorkerState.STARTING) -> Worker:
+    """Record a worker of ``ep`` (on no devices) in ``state``, as starting one does; ``status`` is its state."""
+    now = state.clock.monotonic()
+    ep.worker_seq += 1
+    worker = Worker(
+        f"{ep.spec.name}-w{ep.worker_seq}", ep.spec.name, (), started_at=now, idle_since=now, last_exchange=now
+    )
+    worker.state = status
+    worker.ever_ready = status is not WorkerState.STARTING
+    state.workers[worker.id] = ep.workers[worker.id] = worker
+    return worker
