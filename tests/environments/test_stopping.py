@@ -112,6 +112,7 @@ def leftovers(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock"))
 
 
+@pytest.mark.slow
 def test_a_build_past_its_time_limit_is_killed_and_recorded_as_failed(
     tmp_path: Path, silent_index: SilentIndex
 ) -> None:
@@ -143,6 +144,7 @@ def test_a_build_past_its_time_limit_is_killed_and_recorded_as_failed(
     assert again.value.recorded and cache.builds == 1
 
 
+@pytest.mark.slow
 def test_a_cache_given_no_limit_keeps_the_settings(
     tmp_path: Path, silent_index: SilentIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -65,6 +65,7 @@ def test_the_mac_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 async def test_the_caller_key_opens_calls_and_its_own_jobs_only(
     make_embedded: Callable[..., EmbeddedServer],
 ) -> None:
