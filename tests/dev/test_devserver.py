@@ -594,6 +594,7 @@ async def test_routes_go_through_the_route_proxy_to_a_worker(dev: Callable[..., 
 # Reloads on the plane
 
 
+@pytest.mark.slow
 async def test_a_route_worker_retires_once_its_requests_in_flight_are_answered(
     dev: Callable[..., Awaitable[Rig]], stand_in: str
 ) -> None:
