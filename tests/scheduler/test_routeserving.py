@@ -1,6 +1,9 @@
 """The route side's pure rules, by table: which worker takes a request, what a /ping answer means and when to ask
 again, the REQUEST_COUNT scaler over requests in flight and held, idle and yield rules with requests in flight, and
-the stdlib readiness probe against a real server on loopback."""
+the stdlib readiness probe against a real server on loopback; then ``RouteServing`` alone, on a bare plane state
+through the test door: requests counted in flight exactly, held requests answered once (with a worker that became
+ready, or with the endpoint's explanation), a retiring worker stopped after its last request, a worker not ready in
+time handed to supervision as a failed start."""
 
 from __future__ import annotations
 
@@ -10,12 +13,15 @@ import dataclasses
 import pytest
 
 from flashpoint import Endpoint, GpuType
+from flashpoint.explain import Explanation
 from flashpoint.scheduler import readiness
 from flashpoint.scheduler.planner import desired, idle_stops, yieldable
 from flashpoint.scheduler.readiness import Verdict, verdict
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
-from flashpoint.scheduler.routeserving import least_in_flight, same_but_routes
+from flashpoint.scheduler.routeserving import RouteServing, least_in_flight, same_but_routes
+from flashpoint.scheduler.state import PlaneState
 from flashpoint.spec import RouteSpec, ServerlessScalerType, WorkerTarget
+from tests.scheduler.door import ROUTES, add_endpoint, add_worker, plane_state, until
 
 START, IDLE, RUN, STOP = WorkerState.STARTING, WorkerState.IDLE, WorkerState.RUNNING, WorkerState.STOPPING
 RC, QD = ServerlessScalerType.REQUEST_COUNT, ServerlessScalerType.QUEUE_DELAY
@@ -205,3 +211,89 @@ def test_more_routes_declared_later_are_the_same_endpoint_and_other_options_are_
     assert same_but_routes(one, two)
     assert not same_but_routes(one, dataclasses.replace(two, workers_max=3))
     assert not same_but_routes(base, two)  # a queue endpoint never turns into routes
+
+
+class Routes:
+    """A ``RouteServing`` on a bare state, with a probe the test answers and callbacks it records."""
+
+    def __init__(self, ready_timeout_s: float = 30.0) -> None:
+        self.state: PlaneState = plane_state()
+        self.stopped: list[str] = []
+        self.failed: list[tuple[str, str]] = []
+        self.kicks = 0
+        self.answers: asyncio.Queue[int | None] = asyncio.Queue()
+        self.routes = RouteServing(
+            self.state,
+            probe=self.probe,
+            ready_timeout_s=ready_timeout_s,
+            poll_s=(0.0, 0.0),
+            credential=lambda endpoint, worker_id: f"key-{worker_id}",
+            explain=lambda name: Explanation(name, "waiting", ()),
+            stop_worker=lambda worker: self.stopped.append(worker.id),
+            failed_start=lambda worker, why: self.failed.append((worker.id, why)),
+            kick=self.kick,
+            kick_if_someone_waits=lambda: None,
+        )
+        self.ep = add_endpoint(self.state, name="api", gpu=GpuType.NVIDIA_H200, routes=ROUTES)
+
+    async def probe(self, address: str, timeout_s: float, secret: str = "") -> int | None:
+        return await self.answers.get()
+
+    def kick(self) -> None:
+        self.kicks += 1
+
+
+async def test_a_request_is_handed_to_a_ready_worker_and_counted_in_flight_until_released() -> None:
+    r = Routes()
+    worker = add_worker(r.state, r.ep, IDLE)
+    assert r.routes.take_route_worker(r.ep) is worker
+    assert (worker.state, worker.in_flight, r.ep.in_flight) == (RUN, 1, 1)
+    r.routes.release_route_worker(r.ep, worker)
+    assert (worker.state, worker.in_flight, r.ep.in_flight) == (IDLE, 0, 0) and r.stopped == []
+
+
+async def test_a_retiring_worker_stops_once_its_last_request_is_answered() -> None:
+    r = Routes()
+    worker = add_worker(r.state, r.ep, IDLE)
+    r.routes.take_route_worker(r.ep)
+    worker.retiring = True
+    assert r.routes.take_route_worker(r.ep) is None  # it takes nothing new
+    r.routes.release_route_worker(r.ep, worker)
+    assert r.stopped == [worker.id]
+
+
+async def test_a_held_request_is_demand_and_is_answered_once_a_worker_is_ready() -> None:
+    r = Routes()
+    held = asyncio.ensure_future(r.routes.hold_route_worker(r.ep, 60.0))
+    await asyncio.sleep(0)
+    assert r.ep.queued == 1 and r.kicks == 1  # counted as queued: the scaler starts a worker for it
+    worker = add_worker(r.state, r.ep)
+    worker.address = "w.stub:80"
+    r.routes.watch_ready(worker)
+    await r.answers.put(None)  # not listening yet: asked again
+    await r.answers.put(200)
+    assert await held is worker
+    assert worker.ever_ready and worker.in_flight == 1 and r.ep.queued == 0
+
+
+async def test_held_requests_are_answered_with_the_explanation_when_given_up() -> None:
+    r = Routes()
+    timed_out = await r.routes.hold_route_worker(r.ep, 0.0)
+    assert isinstance(timed_out, Explanation) and r.ep.queued == 0
+    held = asyncio.ensure_future(r.routes.hold_route_worker(r.ep, 60.0))
+    await asyncio.sleep(0)
+    r.routes.give_up_held(r.ep)
+    assert isinstance(await held, Explanation) and r.ep.queued == 0
+
+
+async def test_a_worker_not_ready_in_time_is_handed_to_supervision_as_a_failed_start() -> None:
+    r = Routes(ready_timeout_s=5.0)
+    worker = add_worker(r.state, r.ep)
+    worker.address = "w.stub:80"
+    r.routes.watch_ready(worker)
+    r.state.clock.advance(5.0)
+    await r.answers.put(503)
+    await until(lambda: r.failed, "the readiness poll to give up")
+    ((failed, why),) = r.failed
+    assert failed == worker.id and "not ready within 5s" in why and worker.state is START
+    assert "not ready within 5s" in worker.stderr_tail[-1]
