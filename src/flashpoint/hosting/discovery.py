@@ -22,7 +22,7 @@ from flashpoint.sdk.routes import is_route_endpoint
 __all__ = ["AnyEndpoint", "load_endpoints", "load_module", "split_target"]
 
 #: what ``@Endpoint`` returns (a function or class handle), a worker command, or an ``Endpoint`` with HTTP routes
-AnyEndpoint: TypeAlias = "EndpointFunction[Any] | EndpointClass | EndpointCommand | Endpoint"
+AnyEndpoint: TypeAlias = "EndpointFunction[..., Any] | EndpointClass[..., Any] | EndpointCommand | Endpoint"
 _KINDS = (EndpointFunction, EndpointClass, EndpointCommand)
 
 

@@ -1,30 +1,26 @@
 """The ``Endpoint`` decorator: a validated, frozen spec plus a handle that submits jobs and waits for them.
 
 ``Endpoint(...)`` does no I/O. The first call binds the handle to a control plane: an embedded one started in this
-process, or the server named by ``FLASHPOINT_URL``.
+process, or the server named by ``FLASHPOINT_URL``. The handles a decorated function or class becomes live in
+``handles.py``; ``Endpoint(id=...)`` (a client of a served endpoint) and ``worker_command=`` endpoints live here.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 import inspect
 import os
-import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
 from flashpoint.errors import InvalidEndpointError
 from flashpoint.jobs import JobView
-from flashpoint.sdk import progress
-from flashpoint.sdk.callargs import encode_bound, naming_refused
 from flashpoint.sdk.connection import Connection, ServerConnection
 from flashpoint.sdk.default_connection import connect
-from flashpoint.sdk.endpointclient import ClientMethods, closing
+from flashpoint.sdk.endpointclient import ClientMethods
 from flashpoint.sdk.endpointjob import EndpointJob, run_job, runsync_job, with_webhook
-from flashpoint.sdk.jobhandle import JobHandle, job_result
-from flashpoint.sdk.mapping import MapMethods
-from flashpoint.sdk.references import register_named
+from flashpoint.sdk.handles import Bound, EndpointClass, EndpointFunction, EndpointInstance, MethodCall, join
+from flashpoint.sdk.jobhandle import JobHandle
 from flashpoint.sdk.routes import RouteMethods
 from flashpoint.spec import (
     NAME,
@@ -34,19 +30,8 @@ from flashpoint.spec import (
     WorkerTarget,
     build_spec,
     invalid,
-    options_of,
     public_methods,
-    target_name,
-    worker_target_for,
-    worker_target_for_all,
 )
-from flashpoint.wire import codec
-
-if TYPE_CHECKING:
-    from flashpoint.explain import Explanation
-
-T = TypeVar("T")
-_B = TypeVar("_B", bound="_Bound")
 
 __all__ = [
     "Connection",
@@ -55,15 +40,33 @@ __all__ = [
     "EndpointClient",
     "EndpointCommand",
     "EndpointFunction",
+    "EndpointInstance",
     "EndpointSpec",
     "JobHandle",
+    "MethodCall",
     "ServerConnection",
     "ServerlessScalerType",
     "WorkerTarget",
 ]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+C = TypeVar("C")
+#: a generator's chunk
+Y = TypeVar("Y")
+_C_co = TypeVar("_C_co", covariant=True)
+
+
+class _ClassObject(Protocol[P, _C_co]):
+    """A class (not a function): called with its constructor's parameters ``P``, it makes a ``_C_co``. ``mro`` is
+    what a class has and a function has not, which lets ``Endpoint.__call__`` tell the two apart in its overloads."""
+
+    def mro(self) -> list[type]: ...
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> _C_co: ...
+
+
 # --------------------------------------------------------------------------------------------------------------------
-# Handles
+# The decorator
 
 
 class Endpoint(RouteMethods):
@@ -165,6 +168,20 @@ class Endpoint(RouteMethods):
         # pickle and copy would call __new__ without the options it validates; rebuild from the spec instead
         return _endpoint_with_spec, (self.spec,)
 
+    # How a decorated function or class is typed (handles.py): a class keeps its constructor's parameters; a function
+    # keeps its parameters, and its result is what ``await fn(...)`` gives: an ``async def``'s result, a ``def``'s
+    # return value (awaited too: the call is remote), a generator's chunks as a list. A class is also a callable that
+    # returns an awaitable or any R, so mypy sees the first overload overlap the others; it comes first to win.
+    @overload
+    def __call__(self, target: _ClassObject[P, C]) -> EndpointClass[P, C]: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, target: Callable[P, AsyncIterator[Y]]) -> EndpointFunction[P, list[Y]]: ...
+    @overload
+    def __call__(self, target: Callable[P, Iterator[Y]]) -> EndpointFunction[P, list[Y]]: ...
+    @overload
+    def __call__(self, target: Callable[P, Awaitable[R]]) -> EndpointFunction[P, R]: ...
+    @overload
+    def __call__(self, target: Callable[P, R]) -> EndpointFunction[P, R]: ...
     def __call__(self, target: Any) -> Any:
         self._queue_target(target)  # an endpoint with routes decorates nothing; one that decorates takes no routes
         spec = self.spec if self.spec.name else _named_after(self.spec, target)
@@ -176,9 +193,9 @@ class Endpoint(RouteMethods):
                     f"class {target.__name__} has no public method to call; add e.g. "
                     "`async def predict(self, data): ...`",
                 )
-            return _join(EndpointClass(_replace(spec, kind="class", methods=methods), target))
+            return join(EndpointClass(_replace(spec, kind="class", methods=methods), target))
         if inspect.isfunction(target) or inspect.iscoroutinefunction(target) or inspect.ismethod(target):
-            return _join(EndpointFunction(spec, target))
+            return join(EndpointFunction(spec, target))
         raise invalid(spec.name or None, f"@Endpoint decorates a function or a class, not {type(target).__name__}")
 
 
@@ -200,252 +217,6 @@ def _replace(spec: EndpointSpec, **changes: Any) -> EndpointSpec:
     import dataclasses
 
     return dataclasses.replace(spec, **changes)
-
-
-class Shared:
-    """The functions and classes declared with one endpoint name and the same options: one endpoint that serves them
-    all (one queue, one set of workers), each job naming the one it calls (``flashpoint.target``), as Flash groups
-    the functions of one resource. Members are held weakly: a handle nobody holds leaves its endpoint."""
-
-    def __init__(self, options: EndpointSpec) -> None:
-        self.options = options
-        self.members: weakref.WeakValueDictionary[str, _Bound] = weakref.WeakValueDictionary()
-
-    def targets(self) -> dict[str, _Bound]:
-        """``{target name: handle}``, in declaration order."""
-        return dict(self.members.items())
-
-
-#: the latest declaration group per endpoint name
-_SHARED: dict[str, Shared] = {}
-
-
-def _join(handle: _B) -> _B:
-    """Add a decorated function or class to the endpoint of its name; a declaration with other options starts a new
-    endpoint of that name (registering both on one control plane is the error, with what to do)."""
-    options = options_of(handle.spec)
-    shared = _SHARED.get(options.name)
-    if shared is None or shared.options != options:
-        shared = _SHARED[options.name] = Shared(options)
-    shared.members[target_name(handle._target_obj)] = handle
-    handle.shared = shared
-    return handle
-
-
-class _Bound:
-    """Shared plumbing: bind once to a control plane, submit payloads, wrap results."""
-
-    spec: EndpointSpec
-    _target_obj: Any
-    #: the endpoint this handle is one target of (None for a command)
-    shared: Shared | None = None
-
-    def __init__(self, spec: EndpointSpec, target: Any) -> None:
-        self.spec = spec
-        self._target_obj = target
-        self._conn: Connection | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # code shipped by value (a class that names itself, a function that names another endpoint) carries the
-        # handles it refers to: without their connection, and without their declaration group (weak references,
-        # which do not pickle; the handle on the other side serves its own target)
-        state = dict(self.__dict__)
-        state["_conn"] = None
-        state.pop("shared", None)
-        return state
-
-    async def _connect(self) -> Connection:
-        conn = self._conn
-        if conn is not None and not getattr(conn, "closed", False):
-            return conn
-        conn = connect()
-        await conn.register(self.spec, self.worker_target())
-        if getattr(conn, "hosts_code", False):  # (a Connection of before the attribute uploads nothing)
-            await register_named(conn, self, lambda value: isinstance(value, _Bound))
-        self._conn = conn
-        return conn
-
-    def worker_target(self) -> WorkerTarget:
-        """How a worker runs this endpoint: every function and class declared with its name."""
-        targets = self.targets()
-        if len(targets) > 1:
-            return worker_target_for_all([handle._target_obj for handle in targets.values()])
-        return worker_target_for(self._target_obj)
-
-    def targets(self) -> dict[str, _Bound]:
-        """The functions and classes this handle's endpoint serves, ``{target name: handle}``."""
-        if self.shared is None:
-            return {target_name(self._target_obj): self}
-        return self.shared.targets() or {target_name(self._target_obj): self}
-
-    def _extra(self, init: Any = None) -> dict[str, Any]:
-        extra = _extra(init)
-        if self.shared is not None and len(self.shared.members) > 1:
-            extra["flashpoint"]["target"] = target_name(self._target_obj)
-        return extra
-
-    async def _submit(self, payload: Any, extra: dict[str, Any]) -> JobHandle:
-        conn = await self._connect()
-        view = await conn.submit(self.spec.name, payload, extra)
-        return JobHandle(conn, view)
-
-    async def _call(self, payload: Any, extra: dict[str, Any]) -> Any:
-        conn = await self._connect()
-        if not progress.interactive():
-            return job_result(await conn.call(self.spec.name, payload, extra))
-        view = await conn.submit(self.spec.name, payload, extra)
-        async with progress.wait_line(conn, view.id):  # a call queued for long says why, on the terminal
-            return job_result(await conn.wait(view.id, None))
-
-    async def explain(self) -> Explanation:
-        """Why this endpoint's jobs wait (or that they don't), per GPU candidate."""
-        conn = await self._connect()
-        return await conn.explain_endpoint(self.spec.name)
-
-    async def _stream(self, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
-        conn = await self._connect()
-        async for chunk in closing(conn.stream(self.spec.name, payload, extra)):
-            yield chunk
-
-
-def _extra(init: Any = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"binary_ok": True}
-    if init is not None:
-        meta["init"] = init
-    return {"flashpoint": meta}
-
-
-class EndpointFunction(MapMethods, _Bound, Generic[T]):
-    """A decorated function: ``await fn(...)`` runs it remotely; ``await fn.run(...)`` returns a job handle;
-    ``await fn.map(xs)`` runs one job per item (``mapping.py``)."""
-
-    def __init__(self, spec: EndpointSpec, fn: Callable[..., Any]) -> None:
-        super().__init__(spec, fn)
-        self.__wrapped__ = fn
-        self._signature = inspect.signature(fn)
-        functools.update_wrapper(self, fn)
-
-    def _payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            bound = self._signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{self.spec.name}{self._signature}: {exc}") from None
-        return encode_bound(bound)
-
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        payload = self._payload(args, kwargs)
-        with naming_refused(self._signature, args, kwargs):
-            return await self._call(payload, self._extra())
-
-    async def run(self, *args: Any, **kwargs: Any) -> JobHandle:
-        """Submit a job and return its handle as soon as it is queued."""
-        payload = self._payload(args, kwargs)
-        with naming_refused(self._signature, args, kwargs):
-            return await self._submit(payload, self._extra())
-
-    def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        """Run a generator endpoint and yield its chunks as the worker produces them: ``async for x in fn.stream()``.
-
-        Raises:
-            TypeError: at once, if the endpoint is not a generator (``async def`` with ``yield``, or ``def`` with
-                ``yield``), or the arguments do not fit its signature.
-            JobFailedError: while iterating, if the job fails (after the chunks streamed before the failure).
-        """
-        fn = self.__wrapped__
-        if not (inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn)):
-            raise TypeError(
-                f"endpoint {self.spec.name!r} ({fn.__name__}) returns one result and does not stream; "
-                f"use `await {fn.__name__}(...)`, or make it a generator (`yield` each chunk) to stream"
-            )
-        return self._stream(self._payload(args, kwargs), self._extra())
-
-    def _map_label(self) -> str:
-        return self.spec.name
-
-    def local(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the function in this process, with no scheduler: for the user's own unit tests."""
-        return self.__wrapped__(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<Endpoint {self.spec.name!r} gpu={self.spec.describe_gpu()}>"
-
-
-class EndpointClass(_Bound):
-    """A decorated class: ``Model(...)`` gives an instance handle whose methods run on a warm worker instance."""
-
-    def __init__(self, spec: EndpointSpec, cls: type) -> None:
-        super().__init__(spec, cls)
-        self.__wrapped__ = cls
-        functools.update_wrapper(self, cls, updated=())
-
-    def __call__(self, *args: Any, **kwargs: Any) -> EndpointInstance:
-        if not args and not kwargs:
-            return EndpointInstance(self, None)
-        # bound by name as function calls are: Model(3) and Model(size=3) are one instance on the worker, and JSON
-        # (a server without --allow-pickle takes it); a call that cannot fit the constructor fails here, not remotely
-        try:
-            signature = inspect.signature(self.__wrapped__)
-        except (TypeError, ValueError):  # no signature to read (a C-level constructor): the arguments as given
-            return EndpointInstance(self, codec.encode_call(args, kwargs))
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            shown = signature.replace(return_annotation=inspect.Signature.empty)
-            raise TypeError(f"{self.spec.name} {self.__wrapped__.__name__}{shown}: {exc}") from None
-        return EndpointInstance(self, encode_bound(bound))
-
-    def __repr__(self) -> str:
-        return f"<Endpoint {self.spec.name!r} class {self.__wrapped__.__name__} gpu={self.spec.describe_gpu()}>"
-
-
-class EndpointInstance:
-    """``Model(...)``: constructor arguments travel to the worker, which keeps one instance per distinct set."""
-
-    def __init__(self, owner: EndpointClass, init: Any) -> None:
-        self._owner = owner
-        self._init = init
-
-    def __getattr__(self, method: str) -> MethodCall:
-        if method not in self._owner.spec.methods:
-            raise AttributeError(
-                f"{self._owner.__wrapped__.__name__} endpoint has no public method {method!r}; "
-                f"methods: {', '.join(self._owner.spec.methods)}"
-            )
-        return MethodCall(self._owner, self._init, method)
-
-
-class MethodCall(MapMethods):
-    """One public method of a class endpoint instance (``map``/``starmap`` too)."""
-
-    def __init__(self, owner: EndpointClass, init: Any, method: str) -> None:
-        self._owner = owner
-        self._init = init
-        self._method = method
-        self._signature = inspect.signature(getattr(owner.__wrapped__, method))
-
-    def _payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            bound = self._signature.bind(None, *args, **kwargs)  # None stands in for self
-        except TypeError as exc:
-            raise TypeError(f"{self._owner.spec.name}.{self._method}: {exc}") from None
-        bound.arguments.pop(next(iter(self._signature.parameters)))
-        payload = encode_bound(bound)
-        if len(self._owner.spec.methods) > 1:
-            payload["method"] = self._method  # DESIGN.md §1: with several methods, the input names one
-        return payload
-
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        payload = self._payload(args, kwargs)
-        with naming_refused(self._signature, (None, *args), kwargs):
-            return await self._owner._call(payload, self._owner._extra(self._init))
-
-    async def run(self, *args: Any, **kwargs: Any) -> JobHandle:
-        payload = self._payload(args, kwargs)
-        with naming_refused(self._signature, (None, *args), kwargs):
-            return await self._owner._submit(payload, self._owner._extra(self._init))
-
-    def _map_label(self) -> str:
-        return f"{self._owner.spec.name}.{self._method}"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -494,7 +265,7 @@ class EndpointClient(ClientMethods, Endpoint):
         # a function that calls another endpoint carries its client: by name only, the connection stays behind
         return EndpointClient, (self.id,)
 
-    def __call__(self, target: Any) -> Any:
+    def __call__(self, target: Any) -> NoReturn:
         raise InvalidEndpointError(
             f"Endpoint(id={self.id!r}) is a client of a served endpoint and cannot decorate "
             f"{getattr(target, '__name__', type(target).__name__)}; declare endpoints with @Endpoint(name=..., gpu=...)"
@@ -517,7 +288,7 @@ def _command_for(options: dict[str, Any]) -> EndpointCommand:
     return EndpointCommand(spec, WorkerTarget(command=tuple(command), cwd=None if cwd is None else os.fspath(cwd)))
 
 
-class EndpointCommand(_Bound):
+class EndpointCommand(Bound):
     """``Endpoint(name=..., gpu=..., worker_command=[...])``: workers run a command of your own, such as an unmodified
     ``runpod.serverless.start`` handler, placed, scaled and explained like any endpoint.
 
@@ -540,7 +311,7 @@ class EndpointCommand(_Bound):
     def __reduce__(self) -> tuple[Any, ...]:
         return EndpointCommand, (self.spec, self._target_obj)
 
-    def __call__(self, target: Any) -> Any:
+    def __call__(self, target: Any) -> NoReturn:
         raise InvalidEndpointError(
             f"Endpoint {self.spec.name!r} runs worker_command and cannot decorate "
             f"{getattr(target, '__name__', type(target).__name__)}; assign it instead: "

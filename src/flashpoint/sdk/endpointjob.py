@@ -45,7 +45,7 @@ class EndpointJob:
     __slots__ = ("_job",)
 
     def __init__(self, conn: Connection, view: JobView) -> None:
-        self._job = JobHandle(conn, view)
+        self._job: JobHandle[Any] = JobHandle(conn, view)
 
     # -- Flash's members --------------------------------------------------------------------------------------------
 

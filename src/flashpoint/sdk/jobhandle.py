@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from flashpoint.errors import JobCancelledError, JobFailedError, JobTimeoutError
 from flashpoint.jobs import JobStatus, JobView, Reason
@@ -12,6 +12,9 @@ from flashpoint.wire import codec
 
 if TYPE_CHECKING:
     from flashpoint.explain import Explanation
+
+#: a job's output: what the decorated function returns (awaited, and a generator's chunks as a list)
+R = TypeVar("R")
 
 
 def job_result(view: JobView) -> Any:
@@ -48,8 +51,11 @@ def job_failure(view: JobView) -> JobFailedError:
     )
 
 
-class JobHandle:
-    """A submitted job: ``id``, ``await status()``, ``await wait()``, ``output``, ``error``, ``await cancel()``."""
+class JobHandle(Generic[R]):
+    """A submitted job: ``id``, ``await status()``, ``await wait()``, ``output``, ``error``, ``await cancel()``.
+
+    Typed by its output: ``infer.run(...)`` of an ``async def infer(...) -> str`` gives a ``JobHandle[str]``, whose
+    ``await result()`` is a ``str`` (a handle built from a job id alone is a ``JobHandle[Any]``)."""
 
     def __init__(self, conn: Connection, view: JobView) -> None:
         self._conn = conn
@@ -65,10 +71,11 @@ class JobHandle:
         return self._view
 
     @property
-    def output(self) -> Any:
+    def output(self) -> R | None:
         """The output once COMPLETED (after ``wait()`` or ``status()``), else None."""
         if self._view.status is JobStatus.COMPLETED:
-            return codec.decode_output(self._view.output, binary=self._view.output_binary)
+            output: R = codec.decode_output(self._view.output, binary=self._view.output_binary)
+            return output
         return None
 
     @property
@@ -88,10 +95,11 @@ class JobHandle:
         self._view = await self._conn.wait(self.id, timeout)
         return self._view.status.value
 
-    async def result(self, timeout: float | None = None) -> Any:
+    async def result(self, timeout: float | None = None) -> R:
         """Wait and return the output, or raise ``JobFailedError`` (with the remote type and traceback)."""
         await self.wait(timeout)
-        return job_result(self._view)
+        output: R = job_result(self._view)
+        return output
 
     async def cancel(self) -> str:
         """Cancel the job (queued or running) and return its status; finished jobs are left as they are."""

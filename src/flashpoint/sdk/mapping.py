@@ -21,7 +21,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from flashpoint.errors import JobFailedError
 from flashpoint.jobs import JobStatus, JobView
@@ -30,16 +30,22 @@ from flashpoint.sdk.jobhandle import JobHandle, job_failure, job_result
 
 log = logging.getLogger("flashpoint")
 
+#: what a map yields for each job: its output (with ``return_exceptions=True``, or its ``JobFailedError``)
+T_co = TypeVar("T_co", covariant=True)
+#: one job's output
+R = TypeVar("R")
+
 #: jobs submitted and not yet handed back, at most (the HTTP client keeps 256 connections: room for the rest)
 WINDOW = 128
 
-Submit = Callable[[tuple[Any, ...], dict[str, Any]], Awaitable[JobHandle]]
+Submit = Callable[[tuple[Any, ...], dict[str, Any]], Awaitable[JobHandle[Any]]]
 #: the calls of a map: positional and keyword arguments of each job
 Calls = Iterable[tuple[tuple[Any, ...], dict[str, Any]]]
 
 
-class MapCall:
-    """The jobs of one ``map``/``starmap`` (see the module's docstring)."""
+class MapCall(Generic[T_co]):
+    """The jobs of one ``map``/``starmap`` (see the module's docstring), typed by what each yields: the function's
+    output (``MapCall[str]``), or that or its ``JobFailedError`` with ``return_exceptions=True``."""
 
     def __init__(
         self,
@@ -66,19 +72,19 @@ class MapCall:
         self.window = window
         self._used = False
 
-    def __aiter__(self) -> AsyncIterator[Any]:
+    def __aiter__(self) -> AsyncIterator[T_co]:
         if self._used:
             raise RuntimeError("a map call runs once: call fn.map(...) again to run the jobs again")
         self._used = True
         return self._outputs()
 
-    def __await__(self) -> Generator[Any, None, list[Any]]:
+    def __await__(self) -> Generator[Any, None, list[T_co]]:
         return self._collect().__await__()
 
-    async def _collect(self) -> list[Any]:
+    async def _collect(self) -> list[T_co]:
         return [output async for output in self]
 
-    async def _outputs(self) -> AsyncIterator[Any]:
+    async def _outputs(self) -> AsyncIterator[T_co]:
         run = _Run(self)
         try:
             if self.progress_bar:
@@ -102,13 +108,13 @@ class MapCall:
 class _Run:
     """One pass over the items: submission within the window, the waits, and the counts the bar shows."""
 
-    def __init__(self, call: MapCall) -> None:
+    def __init__(self, call: MapCall[Any]) -> None:
         self.call = call
         self.items: Iterator[tuple[tuple[Any, ...], dict[str, Any]]] = iter(call._calls)
         self.exhausted = False
         self.submitted = 0
         #: submitted jobs not yet handed back, by submission index
-        self.handles: dict[int, JobHandle] = {}
+        self.handles: dict[int, JobHandle[Any]] = {}
         self.waits: dict[int, asyncio.Task[JobView]] = {}
         #: indexes whose job ended, in the order they ended (unordered output reads it)
         self.ended: asyncio.Queue[int] = asyncio.Queue()
@@ -206,16 +212,31 @@ class _Run:
         self.waits.clear()
 
 
-class MapMethods:
-    """``map`` and ``starmap`` for a callable endpoint handle whose ``run(*args, **kwargs)`` submits one job."""
+class MapMethods(Generic[R]):
+    """``map`` and ``starmap`` for a callable endpoint handle whose ``run(*args, **kwargs)`` submits one job with
+    output ``R``.
 
-    def run(self, *args: Any, **kwargs: Any) -> Awaitable[JobHandle]:
+    The items are typed ``Any``: one iterable per parameter (``map``) or one tuple per call (``starmap``) is more than
+    a ``ParamSpec`` can say; the outputs are typed.
+    """
+
+    def run(self, *args: Any, **kwargs: Any) -> Awaitable[JobHandle[R]]:
         raise NotImplementedError
 
     def _map_label(self) -> str:
         """The bar's label: the endpoint's name (and method)."""
         raise NotImplementedError
 
+    @overload
+    def map(
+        self,
+        *iterables: Iterable[Any],
+        ordered: bool = True,
+        progress: bool | None = None,
+        return_exceptions: Literal[False] = False,
+        window: int = WINDOW,
+    ) -> MapCall[R]: ...
+    @overload
     def map(
         self,
         *iterables: Iterable[Any],
@@ -223,7 +244,15 @@ class MapMethods:
         progress: bool | None = None,
         return_exceptions: bool = False,
         window: int = WINDOW,
-    ) -> MapCall:
+    ) -> MapCall[R | JobFailedError]: ...
+    def map(
+        self,
+        *iterables: Iterable[Any],
+        ordered: bool = True,
+        progress: bool | None = None,
+        return_exceptions: bool = False,
+        window: int = WINDOW,
+    ) -> MapCall[R | JobFailedError]:
         """One job per item (``zip`` of ``iterables``: one positional argument each); ``await`` it for the list of
         outputs, or ``async for`` them: in order, or as they finish with ``ordered=False``. A progress bar is drawn
         on a terminal unless ``progress=False``. A failed job raises its ``JobFailedError`` (the rest are
@@ -231,6 +260,16 @@ class MapMethods:
         calls, total = map_calls(iterables)
         return self._map(calls, total, ordered, progress, return_exceptions, window)
 
+    @overload
+    def starmap(
+        self,
+        iterable: Iterable[Any],
+        ordered: bool = True,
+        progress: bool | None = None,
+        return_exceptions: Literal[False] = False,
+        window: int = WINDOW,
+    ) -> MapCall[R]: ...
+    @overload
     def starmap(
         self,
         iterable: Iterable[Any],
@@ -238,7 +277,15 @@ class MapMethods:
         progress: bool | None = None,
         return_exceptions: bool = False,
         window: int = WINDOW,
-    ) -> MapCall:
+    ) -> MapCall[R | JobFailedError]: ...
+    def starmap(
+        self,
+        iterable: Iterable[Any],
+        ordered: bool = True,
+        progress: bool | None = None,
+        return_exceptions: bool = False,
+        window: int = WINDOW,
+    ) -> MapCall[R | JobFailedError]:
         """As ``map``, each item a tuple of positional arguments (or a dict of keyword arguments)."""
         calls, total = starmap_calls(iterable)
         return self._map(calls, total, ordered, progress, return_exceptions, window)
@@ -251,8 +298,8 @@ class MapMethods:
         progress: bool | None,
         return_exceptions: bool,
         window: int,
-    ) -> MapCall:
-        async def submit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> JobHandle:
+    ) -> MapCall[R | JobFailedError]:
+        async def submit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> JobHandle[R]:
             return await self.run(*args, **kwargs)
 
         return MapCall(
@@ -267,7 +314,7 @@ class MapMethods:
         )
 
 
-async def _ended_view(handle: JobHandle) -> JobView:
+async def _ended_view(handle: JobHandle[Any]) -> JobView:
     await handle.wait()
     return handle.view
 
