@@ -3,7 +3,7 @@
 An embedded plane learns an endpoint's code at the endpoint's first call from the script. A queue function that
 awaits another endpoint (Flash's pipeline pattern) makes that call from inside its worker, where the plane cannot be
 handed code; so when the first endpoint registers, the endpoints its code names are registered with it
-(``endpoint._Bound._connect``). ``referenced`` finds them without running anything: the global names in the code
+(``handles.Bound._connect``). ``referenced`` finds them without running anything: the global names in the code
 (nested functions, lambdas and comprehensions included), closure cells, one attribute level of a module it names
 (``tasks.classify``), and the helper functions and classes of the same module that the code calls in turn.
 ``register_named`` registers them on a connection, and the ones their code names in turn.
@@ -27,7 +27,7 @@ log = logging.getLogger("flashpoint.endpoint")
 
 
 class Handle(Protocol):
-    """What ``register_named`` needs of an endpoint handle (``endpoint._Bound``)."""
+    """What ``register_named`` needs of an endpoint handle (``handles.Bound``)."""
 
     spec: EndpointSpec
     _target_obj: Any
