@@ -14,8 +14,8 @@ import pytest
 
 from flashpoint.config import Settings
 from flashpoint.environments import EnvironmentCache
+from flashpoint.hosting import announce
 from flashpoint.hosting.embedded import EmbeddedServer
-from flashpoint.hosting.server import announce
 from flashpoint.jobs import Job
 from flashpoint.private import private_dir, private_file
 from flashpoint.store.sqlite import SQLiteJobStore
@@ -101,7 +101,7 @@ def test_an_older_job_store_is_made_private(tmp_path: Path, caplog: pytest.LogCa
 
 def test_announcements_live_in_a_private_state_folder(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    path = announce(state / "run", url="http://127.0.0.1:1", key="minted", app="app.py")
+    path = announce.write(state, announce.Announcement(announce.SERVER, "http://127.0.0.1:1", "minted", app="app.py"))
     assert path is not None
     assert (mode(state), mode(state / "run"), mode(path)) == (0o700, 0o700, 0o600)
 

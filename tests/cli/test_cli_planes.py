@@ -23,8 +23,8 @@ from flashpoint.cli.live import DEV, SERVER, URL, Unreachable, describe, live_pl
 from flashpoint.cli.target import planes
 from flashpoint.config import Settings
 from flashpoint.errors import BadInputError
+from flashpoint.hosting import announce
 from flashpoint.hosting.embedded import EmbeddedServer
-from flashpoint.hosting.server import announce
 from flashpoint.sdk import default_connection
 
 FLEET = "NVIDIA_H200:1,NVIDIA_A100_80GB_PCIe:2"
@@ -88,9 +88,9 @@ pytestmark = pytest.mark.usefixtures("restore_imports")
 
 
 def test_a_server_announcement_says_what_it_serves_and_is_private(tmp_path: Path) -> None:
-    folder = tmp_path / "state" / "run"
+    state = tmp_path / "state"
 
-    path = announce(folder, url="http://127.0.0.1:8123", key=None, app="app.py")
+    path = announce.write(state, announce.Announcement(announce.SERVER, "http://127.0.0.1:8123", None, app="app.py"))
 
     assert path is not None and path.name == f"{os.getpid()}-serve.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -100,9 +100,10 @@ def test_a_server_announcement_says_what_it_serves_and_is_private(tmp_path: Path
 
 
 def test_a_dev_servers_announcement_names_it_as_flashpoint_dev(tmp_path: Path) -> None:
-    folder = tmp_path / "state" / "run"
+    state = tmp_path / "state"
+    notice = announce.Announcement(announce.DEV, "http://127.0.0.1:8888", "minted", app="/home/me/project")
 
-    path = announce(folder, url="http://127.0.0.1:8888", key="minted", app="/home/me/project", kind=DEV)
+    path = announce.write(state, notice)
 
     assert path is not None and path.name == f"{os.getpid()}-dev.json"
     (plane,) = live_planes(Settings.load({"FLASHPOINT_STATE_DIR": str(tmp_path / "state")}))
@@ -122,9 +123,24 @@ def test_a_dead_servers_announcement_is_dropped(tmp_path: Path) -> None:
     assert not dead.exists()
 
 
+def test_an_untrusted_announcement_is_skipped_with_a_warning_that_steers_no_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "state" / "run"
+    folder.mkdir(parents=True)
+    hostile = folder / f"{os.getpid()}-serve.json"
+    hostile.write_text(json.dumps({"pid": os.getpid(), "url": "\x1b]0;owned\x07", "kind": "server"}))
+
+    assert live_planes(Settings.load({"FLASHPOINT_STATE_DIR": str(tmp_path / "state")})) == []
+
+    err = capsys.readouterr().err
+    assert f"warning: skipped the announcement {hostile}: url must be an http(s) URL" in err and "\x1b" not in err
+    assert hostile.exists()  # its process lives: not ours to remove
+
+
 def test_url_names_one_server_and_borrows_an_announced_key(tmp_path: Path) -> None:
     settings = Settings.load({"FLASHPOINT_STATE_DIR": str(tmp_path / "state")})
-    announce(settings.state_dir / "run", url="http://127.0.0.1:8123", key="minted", app="app.py")
+    announce.write(settings.state_dir, announce.Announcement(announce.SERVER, "http://127.0.0.1:8123", "minted"))
 
     (own,) = planes("http://127.0.0.1:8123/", None, settings)
     (given,) = planes("http://127.0.0.1:8123", "first, second", settings)

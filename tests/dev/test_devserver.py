@@ -26,10 +26,12 @@ from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.runpod import Intake
 from flashpoint.cli import app as cli_app
 from flashpoint.config import Settings
+from flashpoint.dev.app import EMPTY_INPUT, DevApp
 from flashpoint.dev.docs import docs_page
 from flashpoint.dev.layout import Changes, Layout, build_layout, changes, is_project_path, load_project, project_files
-from flashpoint.dev.server import EMPTY_INPUT, DevApp, DevServer, DevSession, bind_port
+from flashpoint.dev.server import DevServer, DevSession
 from flashpoint.errors import ConfigError
+from flashpoint.hosting.plane import bind_port
 from flashpoint.jobs import JobStatus, Reason
 from flashpoint.spec import WorkerTarget
 from flashpoint.wire.protocol import error_record

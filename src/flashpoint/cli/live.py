@@ -1,18 +1,16 @@
-"""Live control planes: the announcement files embedded planes and ``flashpoint serve`` write, and HTTP calls to them.
+"""Live control planes: the planes this user's announcements (``hosting/announce.py``) name, and HTTP calls to them.
 
-An announcement is ``<state_dir>/run/<pid>-<anything>.json``, mode 0600: ``{"pid", "url", "key"}`` from an embedded
-plane (a script); ``flashpoint serve`` adds ``"kind": "server"``, ``"app"`` and ``"startedAt"`` (``flashpoint dev``
-the same with ``"kind": "dev"`` and its project folder), and its ``key`` is a key the server minted for this machine's
-CLI (null when the server asks for none). A plane named with ``--url`` is a
-``LivePlane`` too, with no pid and no file.
+Each live plane's ``kind`` says what runs it: a script (an embedded plane), ``flashpoint serve`` or ``flashpoint dev``
+(with its app or project folder); its ``key`` is the key that plane minted for this machine's CLI (None when it asks
+for none). A plane named with ``--url`` is a ``LivePlane`` too, with no pid and no file.
 
 Edge module: may import anything in flashpoint, plus httpx.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,9 @@ import httpx
 
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, Error, NotFoundError
-from flashpoint.scheduler.ownership.leases import process_alive
+from flashpoint.hosting import announce
 from flashpoint.sdk.client import error_for
+from flashpoint.terminal import inert
 
 #: seconds to wait for a plane's answer; planes answer from memory, so anything slower means it is stuck
 TIMEOUT_S = 5.0
@@ -119,49 +118,30 @@ class Unreachable(Error):
     """A plane does not answer: its process is alive but stuck (or the pid was reused), or nothing listens at --url."""
 
 
-def _pid_from_name(path: Path) -> int:
-    head = path.stem.partition("-")[0]
-    return int(head) if head.isdigit() else -1
-
-
-def _read(path: Path) -> LivePlane:
-    data = json.loads(path.read_text())
-    key = data.get("key")
-    kind = data.get("kind")
-    app = data.get("app")
-    return LivePlane(
-        pid=int(data["pid"]),
-        url=str(data["url"]),
-        key=str(key) if key else None,
-        file=path,
-        kind=kind if kind in (SERVER, DEV) else SCRIPT,
-        app=str(app) if isinstance(app, str) else None,
-    )
+#: the live plane's kind for each kind of announcement
+_KIND_OF = {announce.SERVER: SERVER, announce.DEV: DEV, announce.EMBEDDED: SCRIPT}
 
 
 def live_planes(settings: Settings) -> list[LivePlane]:
     """The planes announced under ``<state_dir>/run`` whose process is alive, oldest file first.
 
-    Files of processes that are gone (killed before they could clean up) are removed.
+    Files of processes that are gone (killed before they could clean up) are removed; a file that cannot be trusted
+    while its process lives is skipped with a warning that says why (``announce.scan``).
     """
-    folder = settings.state_dir / "run"
-    if not folder.is_dir():
-        return []
-    planes: list[LivePlane] = []
-    files = sorted(folder.glob("*.json"), key=lambda p: (p.stat().st_mtime if p.exists() else 0.0, p.name))
-    for path in files:
-        try:
-            plane = _read(path)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            # Unreadable: half-written by a starting plane, or garbage. Only a dead writer's file is removed.
-            if not process_alive(_pid_from_name(path)):
-                path.unlink(missing_ok=True)
-            continue
-        if plane.pid is None or not process_alive(plane.pid):
-            path.unlink(missing_ok=True)
-            continue
-        planes.append(plane)
-    return planes
+    found, skipped = announce.scan(settings.state_dir)
+    for item in skipped:
+        print(inert(f"warning: skipped the announcement {item.path}: {item.reason}", lines=False), file=sys.stderr)
+    return [
+        LivePlane(
+            pid=a.announcement.pid,
+            url=a.announcement.url,
+            key=a.announcement.key,
+            file=a.path,
+            kind=_KIND_OF[a.announcement.kind],
+            app=a.announcement.app,
+        )
+        for a in found
+    ]
 
 
 def command_of(pid: int) -> str | None:

@@ -1,66 +1,48 @@
 """``flashpoint dev``: a project's endpoints behind Runpod Flash's ``flash dev`` URLs, on this machine's GPUs, reloaded
 when a file changes without losing queued jobs.
 
-Edge module, a composition root beside ``server.py``: a control plane with local workers and an in-memory job store,
-the server's own app (``api.app.Dispatch``: Runpod's ``/v2`` API, the worker protocol, ``/v1``, ``/metrics``, the
-route proxy) and, in front of it, ``DevApp``: ``GET /``, ``/ping``, ``/docs`` and the layout ``devlayout`` builds.
+Edge module, a composition root beside ``hosting/server.py``: the plane ``hosting.plane.build_plane`` builds (local
+workers, an in-memory job store), the server's own app (``api.app.Dispatch``) behind ``DevApp`` (``app.py``), the
+project's reloads (``DevSession``) and its announcement to this machine's CLI.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import json
 import logging
 import os
-import re
 import secrets
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
-
-from flashpoint.api.errors import status_of
-from flashpoint.api.loopguard import UNSUPPORTED_MESSAGE, content_type_of, json_typed
-from flashpoint.api.routeproxy import route_pattern
-from flashpoint.api.runpod import Intake, parse_body, submit_checked
-from flashpoint.api.workers import key_matches
+from flashpoint.api.runpod import Intake
 from flashpoint.backends.local import python_env
 from flashpoint.config import Settings
-from flashpoint.dev.docs import docs_page
+from flashpoint.dev.app import DevApp
 from flashpoint.dev.layout import (
-    Call,
     Changes,
     Layout,
     Project,
-    RouteEntry,
     build_layout,
     changes,
     is_project_path,
     load_project,
     spec_of,
 )
-from flashpoint.errors import BadInputError, ConfigError, Error, NotFoundError
-from flashpoint.hosting.plane import bind_port, http_url, loopback, open_backend
-from flashpoint.hosting.server import announce, input_checkers
-from flashpoint.jobs import JobStatus, JobView
+from flashpoint.errors import BadInputError, ConfigError
+from flashpoint.hosting import announce
+from flashpoint.hosting.plane import PlaneRole, app_simulated, bind_port, build_plane, http_url, loopback
+from flashpoint.hosting.server import input_checkers
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.spec import WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
-from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.dev")
 
-#: Flash's answer to an empty input, which Runpod's platform refuses too
-EMPTY_INPUT = (
-    "Empty or null input. RunPod serverless requires at least one field in the input dict. Use explicit values or "
-    'pass null for optional parameters, e.g. {"input": {"param_name": null}}.'
-)
 NO_ENDPOINTS = (
     "no endpoints found in {root}: declare one in a .py file, e.g.\n"
     "    @Endpoint(name='worker', gpu=GpuGroup.ANY)\n"
@@ -70,256 +52,6 @@ NO_ENDPOINTS = (
     "    @api.post('/compute')\n"
     "    async def compute(data: dict) -> dict: ..."
 )
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The app
-
-
-def _wants_html(scope: Scope) -> bool:
-    """Whether a request asks for a web page (a browser's ``Accept: text/html,...``) rather than JSON (curl and HTTP
-    clients send ``*/*`` or ``application/json``): ``GET /`` answers a browser with the dashboard, as Flash's JSON
-    ``{"message", "docs"}`` otherwise."""
-    accept = dict(scope["headers"]).get(b"accept", b"").decode("latin-1").lower()
-    return "text/html" in accept
-
-
-async def _send_json(send: Send, status: int, body: Any, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    await _send(send, status, codec.json_bytes(body), b"application/json", headers)
-
-
-async def _send(send: Send, status: int, body: bytes, kind: bytes, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    head = [(b"content-type", kind), (b"content-length", str(len(body)).encode()), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    seen = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionResetError("the client hung up")
-        chunk = message.get("body", b"")
-        seen += len(chunk)
-        if seen > limit:
-            raise _TooLarge
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-def _failure(view: JobView) -> dict[str, Any]:
-    """A job that did not complete, as Flash's dev server answers it (``error``), with the job beside it."""
-    error = view.error
-    if error is not None:
-        message = error.message or error.type
-    else:
-        message = f"the job ended {view.status.value}" + (f" ({view.reason.value})" if view.reason else "")
-    body: dict[str, Any] = {"error": message, "id": view.id, "status": view.status.value}
-    if error is not None:
-        body["type"] = error.type
-    return body
-
-
-class DevApp:
-    """The dev server's ASGI app: Flash's dev layout in front of the server's app (``inner``), which answers every
-    other path (``/v2``, ``/v1``, ``/metrics``, ``/<route endpoint>/...``, and the 404s).
-
-    Answers (Flash's): a completed call is 200 ``{"id", "status": "COMPLETED", "output"}``; a job that failed, timed
-    out or was cancelled is 500 ``{"error": message, "id", "status", "type"}``; a request refused before any job exists
-    is a 4xx ``{"detail": message}`` (FastAPI's shape, as Flash's dev server answers): 422 for input that is not
-    ``{"input": {...}}``, is empty, or does not fit the signature, 401 without the key (when the server has keys), 405,
-    413, 415 (a server without keys takes only a body declared ``application/json``) and 429 (the queue is full);
-    503 ``{"error"}`` at once for an endpoint that can never run on this fleet.
-    """
-
-    def __init__(
-        self,
-        inner: ASGIApp,
-        plane: ControlPlane,
-        intake: Intake,
-        layout: Layout,
-        *,
-        api_keys: tuple[str, ...] = (),
-        max_body_bytes: int = 10 * 1024 * 1024,
-        title: str = "",
-    ) -> None:
-        self.inner = inner
-        self.plane = plane
-        self.intake = intake
-        self.api_keys = api_keys
-        self.max_body_bytes = max_body_bytes
-        self.title = title
-        self._patterns: list[tuple[RouteEntry, re.Pattern[str]]] = []
-        self.layout = layout
-
-    @property
-    def layout(self) -> Layout:
-        return self._layout
-
-    @layout.setter
-    def layout(self, layout: Layout) -> None:
-        self._layout = layout
-        self._patterns = [(entry, route_pattern(entry.path)) for entry in layout.routes]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.inner(scope, receive, send)
-            return
-        path, method = scope["path"], scope["method"]
-        if path in ("/", "/ping", "/docs"):
-            if method not in ("GET", "HEAD"):
-                await _send_json(send, 405, {"detail": "Method Not Allowed"}, [(b"allow", b"GET, HEAD")])
-            elif path == "/" and _wants_html(scope):  # a browser: the dashboard (its calls to /v1 take the key)
-                await self.inner(scope, receive, send)
-            elif path == "/":
-                await _send_json(send, 200, {"message": "flashpoint dev server", "docs": "/docs"})
-            elif path == "/ping":
-                await _send_json(send, 200, {"status": "healthy"})
-            elif await self._authorized(scope, send):
-                page = docs_page(self.layout, _base_url(scope), keyed=bool(self.api_keys), title=self.title)
-                await _send(send, 200, page.encode(), b"text/html; charset=utf-8")
-            return
-        call = self.layout.calls.get(path)
-        if call is not None:
-            await self._runsync(call, scope, receive, send)
-            return
-        entry = self._route(method, path)
-        if entry is not None:
-            await self.inner(_rewritten(scope, entry), receive, send)
-            return
-        await self.inner(scope, receive, send)
-
-    def _route(self, method: str, path: str) -> RouteEntry | None:
-        """The route a path matches (of the same method first: another method's worker answers the 405); else, as
-        the server's proxy forwards anything under ``/<endpoint>/``, the first route of the longest file prefix the
-        path is under (its worker answers the 404)."""
-        other = under = None
-        for entry, pattern in self._patterns:
-            if pattern.fullmatch(path):
-                if entry.method == method:
-                    return entry
-                other = other or entry
-            elif path.startswith(entry.prefix + "/") and (under is None or len(entry.prefix) > len(under.prefix)):
-                under = entry
-        return other or under
-
-    async def _authorized(self, scope: Scope, send: Send) -> bool:
-        if not self.api_keys:
-            return True
-        header = dict(scope["headers"]).get(b"authorization")
-        if key_matches(header.decode("latin-1") if header is not None else None, self.api_keys):
-            return True
-        detail = {"detail": "send the API key as Authorization: Bearer KEY"}
-        await _send_json(send, 401, detail, [(b"www-authenticate", b"Bearer")])
-        return False
-
-    async def _runsync(self, call: Call, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST":
-            await _send_json(send, 405, {"detail": "Method Not Allowed"}, [(b"allow", b"POST")])
-            return
-        if not await self._authorized(scope, send):
-            return
-        try:
-            raw = await _read_body(receive, self.max_body_bytes)
-        except _TooLarge:
-            detail = f"request body is larger than the limit of {self.max_body_bytes} bytes"
-            await _send_json(send, 413, {"detail": detail})
-            return
-        except ConnectionResetError:
-            return
-        given: dict[str, Any] = {}
-        if call.takes_input and not self.api_keys and not json_typed(content_type_of(scope["headers"])):
-            # without a key, a body any web page could send (a form, text/plain) runs nothing (api/loopguard.py)
-            await _send_json(send, 415, {"detail": UNSUPPORTED_MESSAGE})
-            return
-        if call.takes_input:  # a callable without parameters ignores the body, as Flash's does
-            try:
-                data = parse_body(raw)
-            except BadInputError as exc:
-                await _send_json(send, 422, {"detail": str(exc)})
-                return
-            if data["input"] is None or data["input"] == {}:
-                await _send_json(send, 422, {"detail": EMPTY_INPUT})
-                return
-            if not isinstance(data["input"], dict):
-                detail = f"input must be a JSON object of {call.name}'s arguments, e.g. {json.dumps(call.example)}"
-                await _send_json(send, 422, {"detail": detail})
-                return
-            given = data["input"]
-        request: dict[str, Any] = {"input": call.job_input(given)}
-        if call.target is not None:
-            request["flashpoint"] = {"target": call.target}
-        ep = self.plane.endpoints.get(call.endpoint)
-        if ep is not None and ep.never is not None:
-            summary = self.plane.explain_endpoint(call.endpoint).summary
-            await _send_json(send, 503, {"error": f"endpoint {call.endpoint!r} {summary}"})
-            return
-        try:
-            job = submit_checked(self.plane, call.endpoint, request, self.intake, size=len(raw))
-        except Error as exc:
-            status = 422 if isinstance(exc, BadInputError) else status_of(exc)
-            await _send_json(send, status, {"detail": str(exc)} if status < 500 else {"error": str(exc)})
-            return
-        view = await self._wait(job.id, receive)
-        if view is None:  # the caller hung up: nobody will read the answer, so the job need not run
-            with contextlib.suppress(NotFoundError):  # gone already (its TTL)
-                self.plane.cancel(job.id)
-            return
-        if view.status is JobStatus.COMPLETED:
-            await _send_json(send, 200, {"id": view.id, "status": view.status.value, "output": view.output})
-            return
-        if view.error is not None and view.error.traceback:
-            log.warning("job %s of %s ended %s:\n%s", view.id, view.endpoint, view.status.value, view.error.traceback)
-        await _send_json(send, 500, _failure(view))
-
-    async def _wait(self, job_id: str, receive: Receive) -> JobView | None:
-        """The job once it ends, or None if the client hangs up first."""
-        waiting = asyncio.ensure_future(self.plane.wait(job_id))
-        gone = asyncio.ensure_future(_until_disconnect(receive))
-        try:
-            await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if not waiting.done():
-            waiting.cancel()
-            await asyncio.gather(waiting, return_exceptions=True)
-            return None
-        return waiting.result()
-
-
-def _rewritten(scope: Scope, entry: RouteEntry) -> Scope:
-    """``/<file prefix>/<route path>`` as the route proxy takes it: ``/<endpoint>/<route path>``, the path below
-    the prefix kept as the client encoded it."""
-    depth = entry.prefix.count("/")
-    raw: bytes = scope.get("raw_path") or scope["path"].encode()
-    cut = -1
-    for _ in range(depth + 1):
-        cut = raw.find(b"/", cut + 1)
-        if cut < 0:
-            break
-    rest = raw[cut:] if cut >= 0 else b"/"
-    name = "/" + entry.endpoint
-    return {**scope, "path": name + scope["path"][len(entry.prefix) :], "raw_path": name.encode() + rest}
-
-
-def _base_url(scope: Scope) -> str:
-    host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-    if not host and scope.get("server"):
-        server_host, server_port = scope["server"][0], scope["server"][1]
-        host = f"{server_host}:{server_port}"
-    return f"{scope.get('scheme', 'http')}://{host or 'localhost'}"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -476,6 +208,11 @@ class DevServer:
         self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
         self.say = say
 
+    def plane_role(self) -> PlaneRole:
+        """dev's plane: its jobs end with it (as the embedded plane's), and its workers write no bytecode: a file
+        saved twice within one second at one size would look unchanged to a cached .pyc."""
+        return PlaneRole(worker_env={"PYTHONDONTWRITEBYTECODE": "1"})
+
     def load(self) -> tuple[Project, Layout]:
         """The project as first served: every file must load (as Flash's dev server requires) and declare one
         endpoint at least.
@@ -504,31 +241,22 @@ class DevServer:
         sys.dont_write_bytecode = True
         project, layout = self.load()
         settings = self.settings
-        simulated = settings.simulated_gpus or os.environ.get("FLASHPOINT_SIMULATED_GPUS") or None
-        backend, worker_env, parent_pid = open_backend(settings, simulated)
-        worker_env["PYTHONDONTWRITEBYTECODE"] = "1"
         sock = bind_port(self.host, self.port)
         bound, port = sock.getsockname()[:2]
         # where processes of this machine reach it (its workers, the CLI): loopback for a wildcard bind
         local_url = http_url("127.0.0.1" if bound in ("0.0.0.0", "::") else bound, port)
-        plane = ControlPlane(
+        plane = build_plane(
+            settings,
             MemoryJobStore(),
-            backend,
-            worker_secret=secrets.token_urlsafe(32),
-            settings=PlaneSettings(
-                take_hold_s=settings.take_hold_s,
-                worker_env=worker_env,
-                parent_pid=parent_pid,
-                node=settings.node,
-                base_url=settings.worker_url or local_url,
-                route_ready_timeout_s=settings.route_ready_timeout_s,
-            ),
+            self.plane_role(),
+            base_url=settings.worker_url or local_url,
+            simulated=app_simulated(settings),
         )
         code_dir = tempfile.TemporaryDirectory(prefix="flashpoint-dev-")
         # this machine's CLI gets a key of its own (in the announcement), so no configured key is ever written down
         cli_key = secrets.token_urlsafe(32) if self.api_keys else None
         api_keys = self.api_keys + ((cli_key,) if cli_key else ())
-        announced: list[Path] = []
+        announced: list[Path | None] = []
         stop = asyncio.Event()
         watching: list[asyncio.Task[None]] = []
         url = http_url(self.host, port)
@@ -537,16 +265,15 @@ class DevServer:
             await plane.start()
             session.apply(project)
             # announced before the line that says it serves: whoever waits for that line finds the file
-            path = announce(settings.state_dir / "run", url=local_url, key=cli_key, app=str(self.root), kind="dev")
-            if path is not None:
-                announced.append(path)
-            self._announce(session.layout, url, port, plane)
+            notice = announce.Announcement(announce.DEV, local_url, cli_key, app=str(self.root))
+            announced.append(announce.write(settings.state_dir, notice))
+            self._say_serving(session.layout, url, port, plane)
             if self.reload:
                 watching.append(asyncio.create_task(session.watch(stop)))
 
         async def shutdown() -> None:
             for path in announced:
-                path.unlink(missing_ok=True)
+                announce.withdraw(path)
             stop.set()
             if watching:
                 await asyncio.wait(watching, timeout=5)
@@ -578,7 +305,7 @@ class DevServer:
                 await plane.close()
                 await super().shutdown(sockets)
 
-        served: ASGIApp = app
+        served: Any = app
         if not api_keys:  # only this machine's names, and no other origin's page (api/loopguard.py)
             served = LoopbackGuard(app, host_names(self.host, bound, worker_url=settings.worker_url))
         # serve's edge: header and body deadlines, a connection cap (api/transport.py)
@@ -590,7 +317,7 @@ class DevServer:
         )  # fmt: skip
         _Uvicorn(config).run(sockets=[sock])
 
-    def _announce(self, layout: Layout, url: str, port: int, plane: ControlPlane) -> None:
+    def _say_serving(self, layout: Layout, url: str, port: int, plane: ControlPlane) -> None:
         busy = f"; port {self.port} was busy" if self.port not in (0, port) else ""
         self.say(f"flashpoint dev serving {url} (fleet: {plane.fleet_summary()}{busy})")
         rows = layout.rows()

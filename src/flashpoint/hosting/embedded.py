@@ -3,16 +3,14 @@
 It runs on its own event loop, so it outlives any one ``asyncio.run`` and serves sync callers too. The SDK's default
 connection (``default_connection.connect()``) starts one on the first call of a decorated function when
 ``FLASHPOINT_URL`` is not set, and stops it at interpreter exit. It announces itself to ``flashpoint explain`` and
-``flashpoint gpus`` on this machine with a file in ``$FLASHPOINT_STATE_DIR/run``.
+``flashpoint gpus`` on this machine with a file in ``$FLASHPOINT_STATE_DIR/run`` (``announce.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
-import os
 import secrets
 import sys
 import tempfile
@@ -25,11 +23,10 @@ from urllib.parse import urlsplit
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, UnsatisfiableError
 from flashpoint.explain import Explanation
-from flashpoint.hosting.plane import http_url, listening_socket, open_backend
+from flashpoint.hosting import announce
+from flashpoint.hosting.plane import PlaneRole, build_plane, http_url, listening_socket
 from flashpoint.jobs import JobStatus, JobView
-from flashpoint.private import private_dir
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.sdk.jobhandle import job_failure
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.memory import MemoryJobStore
@@ -40,6 +37,8 @@ log = logging.getLogger("flashpoint")
 T = TypeVar("T")
 #: the largest request body the embedded server's route proxy forwards (as ``flashpoint serve``'s default)
 EMBEDDED_MAX_BODY_BYTES = 10 * 1024 * 1024
+#: an embedded plane lives and ends with its script: PlaneSettings' defaults (its running jobs are cancelled at exit)
+EMBEDDED_ROLE = PlaneRole()
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -105,24 +104,13 @@ class EmbeddedServer:
         from flashpoint.api.workers import worker_routes
 
         self._stop = asyncio.Event()
-        backend, worker_env, parent_pid = open_backend(self.settings, self.settings.simulated_gpus)
         # Workers on other nodes (Ray) reach the plane where FLASHPOINT_WORKER_URL says; every route needs a key
         where = urlsplit(self.settings.worker_url) if self.settings.worker_url else None
         host = (where.hostname if where else None) or "127.0.0.1"
         sock = listening_socket(host, (where.port if where else None) or 0)
         self.url = http_url(host, sock.getsockname()[1])
-        self.plane = ControlPlane(
-            MemoryJobStore(),
-            backend,
-            worker_secret=secrets.token_urlsafe(32),
-            settings=PlaneSettings(
-                take_hold_s=self.settings.take_hold_s,
-                worker_env=worker_env,
-                parent_pid=parent_pid,
-                node=self.settings.node,
-                base_url=self.url,
-                route_ready_timeout_s=self.settings.route_ready_timeout_s,
-            ),
+        self.plane = build_plane(
+            self.settings, MemoryJobStore(), EMBEDDED_ROLE, base_url=self.url, simulated=self.settings.simulated_gpus
         )
         # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
         native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))
@@ -156,7 +144,9 @@ class EmbeddedServer:
             if serving.done():
                 serving.result()  # raises what stopped it
             await asyncio.sleep(0.005)
-        self._announce = self._write_announcement()
+        notice = announce.Announcement(announce.EMBEDDED, self.url, self.api_key)
+        # quiet: a script whose plane cannot be announced runs all the same, without a warning on every run
+        self._announce = announce.write(self.settings.state_dir, notice, name=f"{id(self):x}", quiet=True)
         log.debug("embedded control plane at %s; fleet: %s", self.url, self.plane.fleet_summary())
         if self.settings.dashboard:
             print(dashboard_line(self.url, self._announce), file=sys.stderr, flush=True)
@@ -171,25 +161,7 @@ class EmbeddedServer:
                 server.should_exit = True
                 await serving
                 await app.close()
-            if self._announce is not None:
-                self._announce.unlink(missing_ok=True)
-
-    def _write_announcement(self) -> Path | None:
-        """Tell `flashpoint explain` on this machine where this plane is (file readable by this user only)."""
-        try:
-            folder = self.settings.state_dir / "run"
-            private_dir(self.settings.state_dir, ours=True)  # 0700: announcements hold keys (flashpoint/private.py)
-            private_dir(folder, ours=True)
-            path = folder / f"{os.getpid()}-{id(self):x}.json"
-            partial = path.with_suffix(".tmp")
-            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                json.dump({"url": self.url, "key": self.api_key, "pid": os.getpid()}, handle)
-            os.replace(partial, path)  # readers never see a half-written file
-            return path
-        except OSError as exc:
-            log.debug("cannot announce the embedded plane: %s", exc)
-            return None
+            announce.withdraw(self._announce)
 
     def close(self) -> None:
         """Stop workers and the HTTP routes; safe to call twice."""

@@ -1,6 +1,9 @@
-"""What both ways of hosting a control plane need: its backend and fleet, its listening socket, its URL.
+"""What every way of hosting a control plane needs: the plane itself (``build_plane``: its backend and fleet, its
+workers' environment, its ``PlaneSettings``), its listening socket and its URL.
 
-Shared by ``server.py`` (``flashpoint serve``) and ``embedded.py`` (the SDK's in-process server); imports neither.
+Shared by the three composition roots, ``server.py`` (``flashpoint serve``), ``embedded.py`` (the SDK's in-process
+server) and ``dev/server.py`` (``flashpoint dev``); imports none of them. Each root says what is its own in a
+``PlaneRole`` (a durable plane, its limits, what its workers' environment adds) and builds its plane here.
 """
 
 from __future__ import annotations
@@ -8,13 +11,85 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import secrets
 import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from flashpoint.backends.base import Backend
 from flashpoint.backends.local import LocalBackend, python_env
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
 from flashpoint.fleet.discovery import discover_fleet
+from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
+from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.settings import PlaneSettings
+from flashpoint.store.base import JobStore
+from flashpoint.wire import codec
+
+
+@dataclass(frozen=True)
+class PlaneRole:
+    """What a composition root decides about its plane, beside what ``config.Settings`` and the backend decide. The
+    defaults are the embedded plane's (a script's: its jobs end with it)."""
+
+    #: a durable plane (``flashpoint serve``'s SQLite store) puts running jobs back in the queue when it closes
+    requeue_on_close: bool = False
+    #: the largest result body a worker may post
+    max_result_bytes: int = codec.MAX_RESULT_BYTES
+    #: the queues' caps, in jobs and in bytes of input
+    max_queued_jobs: int = MAX_QUEUED_JOBS
+    max_queued_bytes: int = MAX_QUEUED_BYTES
+    #: set in every worker's environment, over what the backend gives it
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    #: set in every worker's environment unless the backend's already has them
+    worker_env_defaults: Mapping[str, str] = field(default_factory=dict)
+
+
+def app_simulated(settings: Settings) -> str | None:
+    """The simulated fleet of a plane that serves an app (serve, dev): the settings', else
+    ``FLASHPOINT_SIMULATED_GPUS`` read now, after the app was imported: an app may declare its fleet itself (the
+    examples do)."""
+    return settings.simulated_gpus or os.environ.get("FLASHPOINT_SIMULATED_GPUS") or None
+
+
+def plane_settings(
+    settings: Settings,
+    role: PlaneRole,
+    *,
+    base_url: str,
+    worker_env: Mapping[str, str],
+    parent_pid: int | None,
+) -> PlaneSettings:
+    """The ``PlaneSettings`` of a plane hosted in ``role``: its tunables from ``settings``, its limits from ``role``,
+    and ``worker_env`` (the backend's) with the role's additions. ``base_url``: where workers reach the plane."""
+    env = {**role.worker_env_defaults, **worker_env, **role.worker_env}
+    return PlaneSettings(
+        take_hold_s=settings.take_hold_s,
+        worker_env=env,
+        parent_pid=parent_pid,
+        node=settings.node,
+        requeue_on_close=role.requeue_on_close,
+        max_result_bytes=role.max_result_bytes,
+        max_queued_jobs=role.max_queued_jobs,
+        max_queued_bytes=role.max_queued_bytes,
+        base_url=base_url,
+        route_ready_timeout_s=settings.route_ready_timeout_s,
+    )
+
+
+def build_plane(
+    settings: Settings, store: JobStore, role: PlaneRole, *, base_url: str, simulated: str | None
+) -> ControlPlane:
+    """A control plane over ``store``: the backend ``settings`` names with its fleet read (``simulated``: a simulated
+    fleet's description, or None for the real one), its ``plane_settings``, and a worker secret of its own."""
+    backend, worker_env, parent_pid = open_backend(settings, simulated)
+    return ControlPlane(
+        store,
+        backend,
+        worker_secret=secrets.token_urlsafe(32),
+        settings=plane_settings(settings, role, base_url=base_url, worker_env=worker_env, parent_pid=parent_pid),
+    )
 
 
 def open_backend(settings: Settings, simulated: str | None) -> tuple[Backend, dict[str, str], int | None]:

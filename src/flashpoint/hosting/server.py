@@ -1,36 +1,32 @@
-"""Composition root of ``flashpoint serve``: Settings -> fleet, SQLite store, backend, control plane, HTTP app.
+"""Composition root of ``flashpoint serve``: the app's endpoints, a SQLite store, the plane ``plane.build_plane``
+builds for it (durable, with serve's limits), the HTTP app, its announcement and its console.
 
-The SDK's in-process server is ``embedded.py``; what both need to host a control plane is ``hosting.py``.
+The SDK's in-process server is ``embedded.py``; what every host needs is ``plane.py``.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import os
 import secrets
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from flashpoint.config import Settings
 from flashpoint.errors import BadInputError, ConfigError
-from flashpoint.hosting import console
-from flashpoint.hosting.plane import http_url, listening_socket, loopback, open_backend
-from flashpoint.private import private_dir
+from flashpoint.hosting import announce, console
+from flashpoint.hosting.plane import PlaneRole, app_simulated, build_plane, http_url, listening_socket, loopback
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
-from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.server")
 
 
-def input_checker(handle: EndpointFunction[..., Any] | EndpointClass[..., Any]) -> Callable[[Any], None]:
+def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[Any], None]:
     """Checks that a job's input fits the function's parameters (or the named method's), before it is stored."""
     name = handle.spec.name
 
@@ -94,30 +90,6 @@ def _needs_target(name: str, targets: list[str]) -> Callable[[Any], None]:
     return check
 
 
-def announce(folder: Path, *, url: str, key: str | None, app: str, kind: str = "server") -> Path | None:
-    """Tell the CLI on this machine (``flashpoint status``, ``gpus``, ``jobs``...) where this server is, as embedded
-    planes do: ``<folder>/<pid>-serve.json`` (``-dev.json`` for ``flashpoint dev``, ``kind="dev"``), readable by this
-    user only, replaced whole (never half-written).
-
-    ``key`` is the key the server minted for this machine's CLI, never one the user configured: a file left behind by
-    a killed server holds a key that died with it. None (a server that asks for no key) is written as null.
-    """
-    try:
-        private_dir(folder.parent, ours=True)  # the state folder, 0700 (flashpoint/private.py)
-        private_dir(folder, ours=True)
-        path = folder / f"{os.getpid()}-{'serve' if kind == 'server' else kind}.json"
-        partial = path.with_suffix(".tmp")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            body = {"pid": os.getpid(), "url": url, "key": key, "kind": kind, "app": app, "startedAt": time.time()}
-            json.dump(body, handle)
-        os.replace(partial, path)
-        return path
-    except OSError as exc:
-        log.warning("cannot announce the server to the CLI in %s: %s", folder, exc)
-        return None
-
-
 class Server:
     """``flashpoint serve``: the app's endpoints behind Runpod's HTTP API, with a durable SQLite job store."""
 
@@ -179,6 +151,22 @@ class Server:
         self.max_queued_jobs, self.max_queued_bytes = max_queued_jobs, max_queued_bytes
         self.route_wait_s = settings.route_wait_s if route_wait_s is None else route_wait_s
 
+    def plane_role(self) -> PlaneRole:
+        """serve's plane: durable (running jobs go back in the queue when it stops), with serve's limits."""
+        quiet_runpod = logging.getLogger().getEffectiveLevel() > logging.DEBUG
+        return PlaneRole(
+            requeue_on_close=True,
+            max_result_bytes=self.max_result_bytes,
+            max_queued_jobs=self.max_queued_jobs,
+            max_queued_bytes=self.max_queued_bytes,
+            # route workers accept the bodies the server's proxy forwards (it refuses larger ones first); exact:
+            # bytes over a power of two
+            worker_env={"FLASHPOINT_MAX_BODY_MB": repr(self.max_body_bytes / 2**20)},
+            # Runpod's worker logger prints DEBUG lines by default: not on this console unless --log-level debug
+            # (an endpoint's own env= may still ask for them)
+            worker_env_defaults={"RUNPOD_LOG_LEVEL": "INFO"} if quiet_runpod else {},
+        )
+
     def run(self) -> None:
         """Load the app, serve until SIGINT/SIGTERM, then stop the workers and put their jobs back in the queue."""
         import uvicorn
@@ -191,37 +179,18 @@ class Server:
         from flashpoint.store.sqlite import SQLiteJobStore
 
         handles = load_endpoints(self.target)
-        # read after the app is imported: an app may declare its simulated fleet itself (the examples do)
-        simulated = self.settings.simulated_gpus or os.environ.get("FLASHPOINT_SIMULATED_GPUS") or None
-        backend, worker_env, parent_pid = open_backend(self.settings, simulated)
-        # route workers accept the bodies the server's proxy forwards (it refuses larger ones first); exact: bytes
-        # over a power of two
-        worker_env["FLASHPOINT_MAX_BODY_MB"] = repr(self.max_body_bytes / 2**20)
-        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-            # Runpod's worker logger prints DEBUG lines by default: not on this console unless --log-level debug
-            # (an endpoint's own env= may still ask for them)
-            worker_env.setdefault("RUNPOD_LOG_LEVEL", "INFO")
         store = SQLiteJobStore(self.db)
         sock = listening_socket(self.host, self.port)
         port = sock.getsockname()[1]
         # local workers reach a wildcard-bound server on loopback; workers on other nodes where the user says
         worker_host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        plane = ControlPlane(
+        local_url = http_url(worker_host, port)
+        plane = build_plane(
+            self.settings,
             store,
-            backend,
-            worker_secret=secrets.token_urlsafe(32),
-            settings=PlaneSettings(
-                take_hold_s=self.settings.take_hold_s,
-                worker_env=worker_env,
-                parent_pid=parent_pid,
-                node=self.settings.node,
-                requeue_on_close=True,
-                max_result_bytes=self.max_result_bytes,
-                max_queued_jobs=self.max_queued_jobs,
-                max_queued_bytes=self.max_queued_bytes,
-                base_url=self.settings.worker_url or http_url(worker_host, port),
-                route_ready_timeout_s=self.settings.route_ready_timeout_s,
-            ),
+            self.plane_role(),
+            base_url=self.settings.worker_url or local_url,
+            simulated=app_simulated(self.settings),  # read after the app is imported
         )
         plane.listen(console.log_finished)  # a line per finished job (console.py)
 
@@ -229,7 +198,7 @@ class Server:
         code_dir = tempfile.TemporaryDirectory(prefix="flashpoint-serve-")
         # this machine's CLI gets a key of its own (in the announcement), so no configured key is ever written down
         cli_key = secrets.token_urlsafe(32) if self.api_keys else None
-        announced: list[Path] = []
+        announced: list[Path | None] = []
 
         async def startup() -> None:
             await plane.start()
@@ -241,10 +210,8 @@ class Server:
                 plane.register(handle.spec, target, code_file)
             recovered = plane.recover()
             # announced before the line that says it serves: whoever waits for that line finds the file
-            url = http_url(worker_host, port)
-            path = announce(self.settings.state_dir / "run", url=url, key=cli_key, app=self.target)
-            if path is not None:
-                announced.append(path)
+            notice = announce.Announcement(announce.SERVER, local_url, cli_key, app=self.target)
+            announced.append(announce.write(self.settings.state_dir, notice))
             print(
                 f"flashpoint serving {', '.join(handles)} on http://{self.host}:{port} "
                 f"(fleet: {plane.fleet_summary()}; jobs in {self.db}; {recovered} unfinished job(s) recovered)",
@@ -253,7 +220,7 @@ class Server:
 
         def unannounce() -> None:
             for path in announced:
-                path.unlink(missing_ok=True)
+                announce.withdraw(path)
             announced.clear()
 
         async def shutdown() -> None:
