@@ -26,7 +26,7 @@ from flashpoint.wire import codec
 log = logging.getLogger("flashpoint.server")
 
 
-def input_checker(handle: EndpointFunction[Any] | EndpointClass) -> Callable[[Any], None]:
+def input_checker(handle: EndpointFunction[..., Any] | EndpointClass[..., Any]) -> Callable[[Any], None]:
     """Checks that a job's input fits the function's parameters (or the named method's), before it is stored."""
     name = handle.spec.name
 
