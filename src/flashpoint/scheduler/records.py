@@ -1,5 +1,5 @@
-"""The control plane's records: one per endpoint and one per worker. Mutable, and written only by ``ControlPlane``;
-the planner and the read models only read them."""
+"""The control plane's records: one per endpoint and one per worker. Mutable, and written only by ``ControlPlane`` and
+its collaborators (through ``PlaneState``, ``state.py``); the planner and the read models only read them."""
 
 from __future__ import annotations
 
