@@ -30,7 +30,7 @@ def connect() -> Connection:
             return _current
         settings = Settings.load()
         if settings.url:  # client mode: the same decorated calls go to that server
-            from flashpoint.sdk.client import HTTPConnection  # noqa: TID251
+            from flashpoint.sdk.client import HTTPConnection
 
             _current = HTTPConnection(settings.url, settings.api_key)
             return _current
@@ -39,7 +39,7 @@ def connect() -> Connection:
             # the plane that started it, with the caller key that plane gave it (calls and its own jobs only)
             caller_url = os.environ.get("FLASHPOINT_CALLER_URL")
             if caller_url:
-                from flashpoint.sdk.client import HTTPConnection  # noqa: TID251
+                from flashpoint.sdk.client import HTTPConnection
 
                 _current = HTTPConnection(caller_url, os.environ.get("FLASHPOINT_CALLER_KEY"))
                 return _current
