@@ -14,7 +14,7 @@ from subprocess import Popen
 import pytest
 
 from tests.cli.test_cli import invoke
-from tests.scheduler.test_leases_holder import end_holder, start_holder
+from tests.scheduler.ownership.test_leases_holder import end_holder, start_holder
 
 
 @pytest.fixture

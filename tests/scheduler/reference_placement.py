@@ -1,7 +1,7 @@
 """The straightforward placement: every decision scans the whole fleet. The reference the index must agree with.
 
 This is ``placement.place`` as it was before the fleet index (scheduler/index.py): the same rules, read directly
-off a device tuple and a holders dict. tests/scheduler/test_index.py compares the two on random fleets, and
+off a device tuple and a holders dict. tests/scheduler/placement/test_index.py compares the two on random fleets, and
 bench/bench_fleet.py times it beside the index as the anchor. Kept simple on purpose: never optimise it.
 
 With ``allowed`` (the nodes an endpoint's filters leave it) the fleet is those nodes' devices only. CPU placement

@@ -14,7 +14,7 @@ from flashpoint.scheduler.placement.nodes import CpuSlot
 from flashpoint.scheduler.planner import desired, idle_stops, plan, yieldable
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.spec import ServerlessScalerType, WorkerTarget
-from tests.scheduler.test_leases import device
+from tests.scheduler.ownership.test_leases import device
 
 QD, RC = ServerlessScalerType.QUEUE_DELAY, ServerlessScalerType.REQUEST_COUNT
 WALL = 10_000.0

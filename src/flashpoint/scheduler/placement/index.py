@@ -11,7 +11,7 @@ fleet order (the order of their first device), and each keeps its devices' fleet
 free count. A device belongs to two groups: its model's and ANY's.
 
 Invariants, kept by ``hold``/``release`` in O(log groups) comparisons per device, checked against a plain scan by
-tests/scheduler/test_index.py:
+tests/scheduler/placement/test_index.py:
 
 - ``group.free`` is the number of devices of the group that nobody holds;
 - ``key.buckets[c]`` is the sorted list of the numbers of the key's groups with exactly ``c`` free devices, so the

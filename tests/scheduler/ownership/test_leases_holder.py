@@ -2,9 +2,9 @@
 read its ``held`` line, and end it (stdin closed: it lets go; SIGKILL: the kernel lets go). The simulated devices are
 the only fake.
 
-Run as ``python -m tests.scheduler.test_leases_holder ROOT FLEET ENDPOINT [INDEX ...]``: leases the devices of the
-simulated ``FLEET`` (all, or those at ``INDEX``) in ``ROOT`` for a worker of ``ENDPOINT``, prints ``held <pid>``, and
-holds them until its stdin closes.
+Run as ``python -m tests.scheduler.ownership.test_leases_holder ROOT FLEET ENDPOINT [INDEX ...]``: leases the devices
+of the simulated ``FLEET`` (all, or those at ``INDEX``) in ``ROOT`` for a worker of ``ENDPOINT``, prints
+``held <pid>``, and holds them until its stdin closes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from flashpoint.fleet.simulated import parse_fleet
 from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def main(argv: list[str]) -> int:
@@ -44,7 +44,15 @@ def main(argv: list[str]) -> int:
 def start_holder(root: Path, fleet: str, endpoint: str, *indices: int) -> subprocess.Popen[str]:
     """Start a lease holder and return once it holds its leases (30 s at most)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.scheduler.test_leases_holder", str(root), fleet, endpoint, *map(str, indices)],
+        [
+            sys.executable,
+            "-m",
+            "tests.scheduler.ownership.test_leases_holder",
+            str(root),
+            fleet,
+            endpoint,
+            *map(str, indices),
+        ],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

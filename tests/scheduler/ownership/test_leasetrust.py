@@ -16,7 +16,7 @@ import pytest
 from flashpoint.explain import LEASE_DIRECTORY, LOCK_FILE, OtherProcess
 from flashpoint.scheduler.ownership.leases import DeviceLeases, identity, prepare
 from flashpoint.scheduler.ownership.leasetrust import directory_problem, lock_file_problem, refusal
-from tests.scheduler.test_leases import device, me
+from tests.scheduler.ownership.test_leases import device, me
 
 DIR, REG, LNK = stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
 ME, OTHER = 1000, 1001

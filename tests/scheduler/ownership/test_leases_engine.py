@@ -1,7 +1,8 @@
 """One owner per device, through the engine's test door (StubBackend + FakeClock): a device whose lease another
 process holds is busy, named with that process, and is placed once freed; the plane's own leases go back when its
-worker is gone and when it closes. The other process is real (tests/scheduler/test_leases_holder.py) or, where a
-test needs holders to come and go at its command, a lease book in this process with the lock file's real lock."""
+worker is gone and when it closes. The other process is real (tests/scheduler/ownership/test_leases_holder.py) or,
+where a test needs holders to come and go at its command, a lease book in this process with the lock file's real
+lock."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from flashpoint.jobs import JobStatus
 from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity, prepare
 from flashpoint.scheduler.records import Worker
 from tests.scheduler.door import BASE_URL, DOOR_HOST, Door, open_door
-from tests.scheduler.test_leases_holder import end_holder, start_holder
+from tests.scheduler.ownership.test_leases_holder import end_holder, start_holder
 
 
 def names(fleet: str) -> list[str]:

@@ -17,7 +17,7 @@ import pytest
 from flashpoint.scheduler.ownership import kernel, wants
 from flashpoint.scheduler.ownership.leases import Owner, prepare
 from flashpoint.scheduler.ownership.wants import FRESH_S, WantMarks
-from tests.scheduler.test_leases import device
+from tests.scheduler.ownership.test_leases import device
 
 DEVICE = device()
 NAME = "sim-node-a-NVIDIA_H200-0-0123456789ab"

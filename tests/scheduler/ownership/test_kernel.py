@@ -16,8 +16,8 @@ from flashpoint.scheduler.ownership import kernel
 from flashpoint.scheduler.ownership.kernel import LockLine, ProcessFacts, flock_holders, parse_locks
 from flashpoint.scheduler.ownership.leaserecords import name_holder
 from flashpoint.scheduler.ownership.leases import DeviceLeases, Owner, identity
-from tests.scheduler.test_leases import _record
-from tests.scheduler.test_leases_holder import end_holder, start_holder
+from tests.scheduler.ownership.test_leases import _record
+from tests.scheduler.ownership.test_leases_holder import end_holder, start_holder
 
 linux = pytest.mark.skipif(not kernel.HAVE_PROC, reason="the kernel's facts come from Linux's /proc")
 

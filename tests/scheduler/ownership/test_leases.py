@@ -38,7 +38,7 @@ from flashpoint.scheduler.ownership.leases import (
 )
 from flashpoint.scheduler.placement.fit import Fit, NoFit, Yielders, place
 from flashpoint.scheduler.placement.index import FleetIndex
-from tests.scheduler.test_leases_holder import end_holder, start_holder
+from tests.scheduler.ownership.test_leases_holder import end_holder, start_holder
 
 H200 = model_of(GpuType.NVIDIA_H200)
 A100 = model_of(GpuType.NVIDIA_A100_80GB_PCIe)
