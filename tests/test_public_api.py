@@ -1,4 +1,6 @@
-"""The public surface of ``flashpoint``: ``__all__`` is exactly what the package exposes, all of it documented."""
+"""The public surface of ``flashpoint``: ``__all__`` is exactly what the package exposes, all of it documented.
+
+Covers ``flashpoint._version`` (``__version__``) for tests/test_layout.py."""
 
 from __future__ import annotations
 

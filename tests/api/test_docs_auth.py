@@ -2,6 +2,8 @@
 
 The server's app (``create_app`` behind ``Dispatch``, as ``flashpoint serve`` serves it) is driven in-process over a
 door plane; the embedded plane, whose app is built inside it, is asked over real HTTP.
+
+Covers ``flashpoint.api.deps`` (the API key check) for tests/test_layout.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The native /v1 API: every route, its errors, auth, the wait route and the OpenAPI schema. The routes run in-process
 (ASGI) over a door plane (StubBackend, FakeClock) whose workers the test plays; one test serves /v1 from a real
-embedded plane over HTTP."""
+embedded plane over HTTP.
+
+Covers ``flashpoint.api.errors`` (JSON error bodies) for tests/test_layout.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The Runpod worker protocol as the plane serves it (runpod-protocol.md §3, §5): a door plane (StubBackend, FakeClock)
-starts the worker itself, and the test speaks as that worker over the real worker routes, in-process."""
+starts the worker itself, and the test speaks as that worker over the real worker routes, in-process.
+
+Covers ``flashpoint.api.workers`` (the worker routes) for tests/test_layout.py."""
 
 from __future__ import annotations
 

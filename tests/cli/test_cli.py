@@ -1,4 +1,6 @@
-"""The command line: ``flashpoint gpus`` and ``flashpoint explain`` through typer's CliRunner, plus one subprocess."""
+"""The command line: ``flashpoint gpus`` and ``flashpoint explain`` through typer's CliRunner, plus one subprocess.
+
+Covers ``flashpoint.__main__`` (``python -m flashpoint``) for tests/test_layout.py."""
 
 from __future__ import annotations
 

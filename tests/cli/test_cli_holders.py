@@ -1,6 +1,8 @@
 """``flashpoint gpus`` and ``flashpoint explain`` name the holders of this machine's devices from the lease directory
 (cli/holders.py) when no plane of this user is announced: a real process holding a lease, which announces nothing
-to this user (as another user's server would not; the two-user case is tests/hardening/test_other_user.py)."""
+to this user (as another user's server would not; the two-user case is tests/hardening/test_other_user.py).
+
+Covers ``flashpoint.cli.holders`` (the lease holders' rows) for tests/test_layout.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """``flashpoint env list|prune`` through typer's CliRunner, plus one real subprocess, on environments laid out by hand
-(tests/e2e/test_environments.py prunes real ones)."""
+(tests/e2e/test_environments.py prunes real ones).
+
+Covers ``flashpoint.cli.env`` (``flashpoint env``) for tests/test_layout.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Options of `flashpoint serve` checked before anything starts: API keys (stripped where they are read; a blank key
-is refused, not silently accepted), --allow-pickle (only with a key), and connection limits (`flashpoint dev`'s too)."""
+is refused, not silently accepted), --allow-pickle (only with a key), and connection limits (`flashpoint dev`'s too).
+
+Covers ``flashpoint.cli.serve`` (``flashpoint serve``'s options) for tests/test_layout.py."""
 
 from __future__ import annotations
 

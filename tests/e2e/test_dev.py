@@ -1,7 +1,9 @@
 """A real ``flashpoint dev`` process on a temporary project (simulated H200, CPU workers, real worker processes, real
 HTTP on 127.0.0.1): Flash's dev URLs for a GPU function, a CPU function, a class's methods and a route endpoint; and a
 file edited while a job runs with another queued behind it: the running job ends on the old code, the queued one on
-the new."""
+the new.
+
+Covers ``flashpoint.cli.dev`` (the ``flashpoint dev`` command) for tests/test_layout.py."""
 
 from __future__ import annotations
 

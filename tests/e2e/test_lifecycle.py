@@ -1,4 +1,6 @@
-"""The embedded plane's life cycle in real scripts: start on first call, stop workers at exit, survive nothing."""
+"""The embedded plane's life cycle in real scripts: start on first call, stop workers at exit, survive nothing.
+
+Covers ``flashpoint.backends.process`` (starting and stopping real worker processes) for tests/test_layout.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """Real route workers (``python -m flashpoint.worker --routes``): each serves its endpoint's routes over real HTTP on
 127.0.0.1:$PORT, only to requests carrying its route secret, answers /ping once ready, and exits on SIGTERM and when
 its parent dies; loaded by import path (``tests/apps/routes_app.py``) and from a pickled routes table (routes declared
-in a function)."""
+in a function).
+
+Covers ``flashpoint.worker.__main__`` (``python -m flashpoint.worker``) and ``flashpoint.worker.routeserver`` (the
+route worker's server) for tests/test_layout.py."""
 
 from __future__ import annotations
 

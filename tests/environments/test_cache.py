@@ -1,5 +1,7 @@
 """The environment cache without the installer: records, the lock across threads and processes, hits, recorded failures,
-progress and pruning, on environments laid out by hand. Real builds are in tests/e2e/test_environments.py (slow)."""
+progress and pruning, on environments laid out by hand. Real builds are in tests/e2e/test_environments.py (slow).
+
+Covers ``flashpoint.environments.errors`` (the build errors) for tests/test_layout.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Every bad request gets a JSON error with a stable code and advice; nothing is half-stored; the server goes on."""
+"""Every bad request gets a JSON error with a stable code and advice; nothing is half-stored; the server goes on.
+
+Covers ``flashpoint.wire.bodylimit`` (the body limit) for tests/test_layout.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The job book alone (``JobBook``), on a bare plane state through the test door: queues in order (a job put back goes
 first), a job that left its queue skipped when reached and counted out at once, the plane's caps, a job's end told to
-its waiters only once it is durable, the TTL sweep, and chunks read once."""
+its waiters only once it is durable, the TTL sweep, and chunks read once.
+
+Covers ``flashpoint.scheduler.commit`` (group commit) and ``flashpoint.scheduler.waiters`` (waiters) for
+tests/test_layout.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The plane's reads alone (``PlaneReads``), on a bare plane state through the test door: they explain from the plan
 they are given and change nothing, one plan serves every endpoint row, and the fleet reads summarise GPUs for a GPU
-endpoint and nodes for a CPU one."""
+endpoint and nodes for a CPU one.
+
+Covers ``flashpoint.scheduler.views`` (the read models) for tests/test_layout.py."""
 
 from __future__ import annotations
 

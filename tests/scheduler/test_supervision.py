@@ -2,7 +2,9 @@
 a started worker holds its devices and their leases; a launch that cannot be built leaves nothing behind; a failed
 start backs off and, past ``MAX_START_ATTEMPTS``, fails the queue; a worker killed from outside before its first pull
 is only lost; a gone worker's running jobs go to the retry rule (``job_lost``); the watchdog's findings (a dropped
-job, a job past its timeout) and a departed device are applied."""
+job, a job past its timeout) and a departed device are applied.
+
+Covers ``flashpoint.scheduler.watchdog`` (the watchdog's findings) for tests/test_layout.py."""
 
 from __future__ import annotations
 

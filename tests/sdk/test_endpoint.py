@@ -1,6 +1,8 @@
 """Tests for flashpoint.sdk.endpoint: decoration-time validation, the spec, the handles and payload binding.
 
 Nothing here calls an endpoint remotely (that starts a control plane); payloads are checked as the SDK builds them.
+
+Covers ``flashpoint.sdk.callargs`` (a call's arguments) for tests/test_layout.py.
 """
 
 from __future__ import annotations

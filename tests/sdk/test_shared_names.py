@@ -1,5 +1,7 @@
 """Shared endpoint names, quick: functions and classes declared with one name and the same options are one endpoint
-that names, per job, the one it calls; the worker runs that one only. Real processes: tests/e2e/test_shared_names.py."""
+that names, per job, the one it calls; the worker runs that one only. Real processes: tests/e2e/test_shared_names.py.
+
+Covers ``flashpoint.sdk.handles`` (the handles of a shared name) for tests/test_layout.py."""
 
 from __future__ import annotations
 

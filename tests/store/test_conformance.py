@@ -1,4 +1,6 @@
-"""One JobStore suite, run against every store: MemoryJobStore and SQLiteJobStore must behave the same."""
+"""One JobStore suite, run against every store: MemoryJobStore and SQLiteJobStore must behave the same.
+
+Covers ``flashpoint.store.base`` (the ``JobStore`` protocol every store meets) for tests/test_layout.py."""
 
 from __future__ import annotations
 
