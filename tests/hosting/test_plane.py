@@ -14,12 +14,14 @@ import pytest
 
 from flashpoint.config import Settings
 from flashpoint.dev.server import DevServer
+from flashpoint.errors import ConfigError
 from flashpoint.hosting.embedded import EMBEDDED_ROLE
 from flashpoint.hosting.plane import PlaneRole, app_simulated, build_plane, plane_settings
 from flashpoint.hosting.server import Server
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.store.memory import MemoryJobStore
+from flashpoint.store.sqlite import SQLiteJobStore
 from flashpoint.wire import codec
 
 SETTINGS = Settings.load(
@@ -103,15 +105,28 @@ def test_serve_sets_runpods_log_level_only_below_debug(tmp_path: Path) -> None:
 
 
 def test_build_plane_opens_the_backend_over_the_fleet_and_hands_the_settings_to_the_plane(tmp_path: Path) -> None:
-    store = MemoryJobStore()
+    plane = build_plane(SETTINGS, EMBEDDED_ROLE, base_url="http://127.0.0.1:9", simulated="NVIDIA_H200:2")
 
-    plane = build_plane(SETTINGS, store, EMBEDDED_ROLE, base_url="http://127.0.0.1:9", simulated="NVIDIA_H200:2")
-
-    assert plane.store is store
+    assert isinstance(plane.store, MemoryJobStore) and not plane.settings.requeue_on_close
     assert plane.settings.base_url == "http://127.0.0.1:9" and plane.settings.take_hold_s == 7.0
     assert plane.settings.parent_pid == os.getpid()  # local workers die with this process
     assert plane.settings.worker_env["PYTHONUNBUFFERED"] == "1"
     assert [d.model.name for d in plane.supervisor.backend.devices()] == ["NVIDIA H200", "NVIDIA H200"]
+
+
+def test_a_durable_role_gets_a_sqlite_store_at_its_file_and_requeues_on_close(tmp_path: Path) -> None:
+    plane = build_plane(SETTINGS, PlaneRole(db=tmp_path / "jobs.db"), base_url="", simulated="NVIDIA_H200:1")
+    try:
+        assert isinstance(plane.store, SQLiteJobStore) and (tmp_path / "jobs.db").exists()
+        assert plane.settings.requeue_on_close
+    finally:
+        plane.store.close()
+
+
+def test_a_fleet_that_cannot_be_read_leaves_no_store_behind(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        build_plane(SETTINGS, PlaneRole(db=tmp_path / "jobs.db"), base_url="", simulated="NOT_A_GPU:2")
+    assert not (tmp_path / "jobs.db").exists()
 
 
 def test_serve_and_dev_read_the_simulated_fleet_an_app_declared(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -39,7 +39,6 @@ from flashpoint.hosting.plane import PlaneRole, app_simulated, bind_port, build_
 from flashpoint.hosting.server import input_checkers
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.spec import WorkerTarget
-from flashpoint.store.memory import MemoryJobStore
 
 log = logging.getLogger("flashpoint.dev")
 
@@ -247,7 +246,6 @@ class DevServer:
         local_url = http_url("127.0.0.1" if bound in ("0.0.0.0", "::") else bound, port)
         plane = build_plane(
             settings,
-            MemoryJobStore(),
             self.plane_role(),
             base_url=settings.worker_url or local_url,
             simulated=app_simulated(settings),

@@ -29,7 +29,6 @@ from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.sdk.jobhandle import job_failure
 from flashpoint.spec import EndpointSpec, WorkerTarget
-from flashpoint.store.memory import MemoryJobStore
 from flashpoint.terminal import InertFormatter
 from flashpoint.wire import codec
 
@@ -110,7 +109,7 @@ class EmbeddedServer:
         sock = listening_socket(host, (where.port if where else None) or 0)
         self.url = http_url(host, sock.getsockname()[1])
         self.plane = build_plane(
-            self.settings, MemoryJobStore(), EMBEDDED_ROLE, base_url=self.url, simulated=self.settings.simulated_gpus
+            self.settings, EMBEDDED_ROLE, base_url=self.url, simulated=self.settings.simulated_gpus
         )
         # the native /v1 routes (for `flashpoint explain` and `gpus`) load FastAPI on their first request only
         native = Mount("/v1", app=_LazyNativeApp(self.plane, (self.api_key,)))

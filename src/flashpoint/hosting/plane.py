@@ -1,9 +1,9 @@
-"""What every way of hosting a control plane needs: the plane itself (``build_plane``: its backend and fleet, its
-workers' environment, its ``PlaneSettings``), its listening socket and its URL.
+"""What every way of hosting a control plane needs: the plane itself (``build_plane``: its job store, its backend and
+fleet, its workers' environment, its ``PlaneSettings``), its listening socket and its URL.
 
 Shared by the three composition roots, ``server.py`` (``flashpoint serve``), ``embedded.py`` (the SDK's in-process
 server) and ``dev/server.py`` (``flashpoint dev``); imports none of them. Each root says what is its own in a
-``PlaneRole`` (a durable plane, its limits, what its workers' environment adds) and builds its plane here.
+``PlaneRole`` (a durable store or none, its limits, what its workers' environment adds) and builds its plane here.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.store.base import JobStore
+from flashpoint.store.memory import MemoryJobStore
 from flashpoint.wire import codec
 
 
@@ -33,8 +34,9 @@ class PlaneRole:
     """What a composition root decides about its plane, beside what ``config.Settings`` and the backend decide. The
     defaults are the embedded plane's (a script's: its jobs end with it)."""
 
-    #: a durable plane (``flashpoint serve``'s SQLite store) puts running jobs back in the queue when it closes
-    requeue_on_close: bool = False
+    #: the SQLite file of a durable plane (``flashpoint serve``'s), which puts running jobs back in the queue when it
+    #: closes; None: jobs live in memory and end with the plane
+    db: str | os.PathLike[str] | None = None
     #: the largest result body a worker may post
     max_result_bytes: int = codec.MAX_RESULT_BYTES
     #: the queues' caps, in jobs and in bytes of input
@@ -69,7 +71,7 @@ def plane_settings(
         worker_env=env,
         parent_pid=parent_pid,
         node=settings.node,
-        requeue_on_close=role.requeue_on_close,
+        requeue_on_close=role.db is not None,
         max_result_bytes=role.max_result_bytes,
         max_queued_jobs=role.max_queued_jobs,
         max_queued_bytes=role.max_queued_bytes,
@@ -78,12 +80,18 @@ def plane_settings(
     )
 
 
-def build_plane(
-    settings: Settings, store: JobStore, role: PlaneRole, *, base_url: str, simulated: str | None
-) -> ControlPlane:
-    """A control plane over ``store``: the backend ``settings`` names with its fleet read (``simulated``: a simulated
-    fleet's description, or None for the real one), its ``plane_settings``, and a worker secret of its own."""
+def build_plane(settings: Settings, role: PlaneRole, *, base_url: str, simulated: str | None) -> ControlPlane:
+    """A control plane in ``role``: the backend ``settings`` names with its fleet read (``simulated``: a simulated
+    fleet's description, or None for the real one), then its job store (SQLite at ``role.db``, else in memory), its
+    ``plane_settings`` and a worker secret of its own."""
     backend, worker_env, parent_pid = open_backend(settings, simulated)
+    store: JobStore
+    if role.db is not None:
+        from flashpoint.store.sqlite import SQLiteJobStore
+
+        store = SQLiteJobStore(role.db)
+    else:
+        store = MemoryJobStore()
     return ControlPlane(
         store,
         backend,

@@ -152,10 +152,11 @@ class Server:
         self.route_wait_s = settings.route_wait_s if route_wait_s is None else route_wait_s
 
     def plane_role(self) -> PlaneRole:
-        """serve's plane: durable (running jobs go back in the queue when it stops), with serve's limits."""
+        """serve's plane: durable (its SQLite file; running jobs go back in the queue when it stops), with serve's
+        limits."""
         quiet_runpod = logging.getLogger().getEffectiveLevel() > logging.DEBUG
         return PlaneRole(
-            requeue_on_close=True,
+            db=self.db,
             max_result_bytes=self.max_result_bytes,
             max_queued_jobs=self.max_queued_jobs,
             max_queued_bytes=self.max_queued_bytes,
@@ -176,10 +177,8 @@ class Server:
         from flashpoint.api.runpod import Intake
         from flashpoint.api.transport import hardened_protocol
         from flashpoint.hosting.discovery import load_endpoints
-        from flashpoint.store.sqlite import SQLiteJobStore
 
         handles = load_endpoints(self.target)
-        store = SQLiteJobStore(self.db)
         sock = listening_socket(self.host, self.port)
         port = sock.getsockname()[1]
         # local workers reach a wildcard-bound server on loopback; workers on other nodes where the user says
@@ -187,7 +186,6 @@ class Server:
         local_url = http_url(worker_host, port)
         plane = build_plane(
             self.settings,
-            store,
             self.plane_role(),
             base_url=self.settings.worker_url or local_url,
             simulated=app_simulated(self.settings),  # read after the app is imported
@@ -227,7 +225,7 @@ class Server:
             unannounce()
             await plane.close()
             await dispatch.routes.close()
-            store.close()
+            plane.store.close()
             code_dir.cleanup()
 
         app = create_app(
