@@ -1,7 +1,7 @@
 """``flashpoint dev``'s ``/docs``: every URL of a project's layout on one self-contained HTML page (inline style, no
 script, nothing fetched), each with a curl example built from the signature.
 
-Pure: standard library and ``devlayout`` only.
+Pure: standard library and ``dev.layout`` only.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ NO_ENDPOINTS = (
 
 class DevSession:
     """One project as served: its layout on the app, its endpoints on the plane. ``apply`` serves a new load of it,
-    replacing the workers of what changed (``devlayout.changes``); ``watch`` reloads on every change of a project
+    replacing the workers of what changed (``layout.changes``); ``watch`` reloads on every change of a project
     ``.py`` file."""
 
     def __init__(

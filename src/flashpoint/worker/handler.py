@@ -33,7 +33,7 @@ from flashpoint.wire import codec, protocol
 def load_target(import_path: str | None = None, pickle_file: str | None = None) -> Any:
     """The decorated function or class itself, from ``module:qualname``, ``file.py:qualname`` or a pickle file.
 
-    ``runpod_flash`` is flashpoint while the code imports or unpickles (``flashalias``), as it was where the plane
+    ``runpod_flash`` is flashpoint while the code imports or unpickles (``flash.alias``), as it was where the plane
     loaded it: a Flash app's module imports it, and cloudpickle names it in code shipped from such a module.
     """
     with alias.installed():
