@@ -35,9 +35,8 @@ RAY_ENV = {
 }
 os.environ.update(RAY_ENV)
 
-from flashpoint import Endpoint, GpuGroup# noqa: E402
-
-from flashpoint.sdk import default_connection
+from flashpoint import Endpoint, GpuGroup  # noqa: E402
+from flashpoint.sdk import default_connection  # noqa: E402
 
 #: DESIGN.md section 7: (metric, comparison, target ratio flashpoint/ray)
 TARGETS = {"warm_p50": ("<=", 1.0), "throughput": (">=", 1.0), "cold": ("<=", 0.2)}

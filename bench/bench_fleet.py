@@ -49,12 +49,12 @@ from tests.scheduler.reference_placement import reference_place
 
 from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
+from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.fleet.simulated import bench_fleet
 from flashpoint.gpus import Candidate, GpuGroup, GpuType, candidates
-from flashpoint.scheduler.placement.index import FleetIndex
-from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.placement.fit import Fit, NoFit, Yielders, place
+from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.spec import EndpointSpec, WorkerTarget, build_spec
 from flashpoint.store.memory import MemoryJobStore
 
