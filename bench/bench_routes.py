@@ -7,7 +7,8 @@ for machine-readable output); Ray Serve comes with ``pip install -e '.[bench]'``
 two more 20 ms apart). Three targets serve it on loopback, each in its own process tree:
 
   (a) direct:    the route workers of (b) themselves (``python -m flashpoint.worker --routes --import
-                 routes_app:api``, uvicorn + the route worker's FastAPI app), at the addresses ``/v1/endpoints``
+                 routes_app:api``, uvicorn + the route worker's FastAPI app), with the route secret the proxy sends
+                 them (read from their environment), at the addresses ``/v1/endpoints``
                  gives; the clients are spread evenly over the N workers
   (b) proxy:     a real ``flashpoint serve bench/routes_app.py`` on simulated GPUs with ``workers=(N, N)`` (every
                  worker ready before anything is measured), ``GET /bench-routes/noop`` with the API key
@@ -55,6 +56,8 @@ from typing import Any
 
 from benchlib import percentiles, text_table
 
+from flashpoint.wire.protocol import ROUTE_SECRET_ENV, ROUTE_SECRET_HEADER
+
 BENCH = Path(__file__).resolve().parent
 APP = BENCH / "routes_app.py"
 ENDPOINT = "bench-routes"
@@ -62,6 +65,8 @@ FLEET_GPU = "NVIDIA_A100_80GB_PCIe"
 API_KEY = "bench-key"
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 NOOP_BODY = b'{"ok":true}'
+#: a route worker's address -> the route secret its server's proxy sends it (the direct rows send it too)
+ROUTE_SECRETS: dict[str, str] = {}
 STREAM_BODY = b'{"chunk":0}\n{"chunk":1}\n{"chunk":2}\n'
 REQUEST_TIMEOUT_S = 30.0
 RAY_ENV = {
@@ -292,8 +297,36 @@ class Tally:
     first_error: str = ""
 
 
+def secret_header(url: str) -> dict[str, str]:
+    """The route secret header for a request straight to a route worker; none for the proxy or Ray Serve."""
+    secret = ROUTE_SECRETS.get(url.split("/")[2])
+    return {ROUTE_SECRET_HEADER: secret} if secret else {}
+
+
+def find_route_secrets(addresses: list[str]) -> dict[str, str]:
+    """Each route worker's route secret, read from its process's environment (``/proc/PID/environ``: this user's
+    processes only), matched to its address by the ``PORT`` it listens on. A flashpoint route worker answers nothing
+    without it, as the server's proxy is the only caller it serves."""
+    ports = {address.rpartition(":")[2]: address for address in addresses}
+    found: dict[str, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            raw = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        if ROUTE_SECRET_ENV in env and env.get("PORT") in ports:
+            found[ports[env["PORT"]]] = env[ROUTE_SECRET_ENV]
+    missing = sorted(set(addresses) - set(found))
+    if missing:
+        raise RuntimeError(f"no route secret found for the route worker(s) at {', '.join(missing)}")
+    return found
+
+
 async def get_noop(session: Any, url: str, tally: Tally) -> None:
-    async with session.get(url) as response:
+    async with session.get(url, headers=secret_header(url)) as response:
         body = await response.read()
     if response.status != 200 or body != NOOP_BODY:
         raise BadAnswer(f"GET {url}: {response.status} {body[:200]!r}")
@@ -301,7 +334,7 @@ async def get_noop(session: Any, url: str, tally: Tally) -> None:
 
 async def get_stream(session: Any, url: str, tally: Tally) -> None:
     began = time.perf_counter()
-    async with session.get(url) as response:
+    async with session.get(url, headers=secret_header(url)) as response:
         first = await response.content.readany()
         tally.firsts.append(time.perf_counter() - began)
         body = first + await response.read()
@@ -475,6 +508,7 @@ async def run_all(args: argparse.Namespace, tmp: Path, started: list[Target], lo
         addresses = await wait_for_flashpoint(session, fp.url, args.replicas, timeout=60)
         fp.watch()
         print(f"flashpoint serving at {fp.url}, {len(addresses)} worker(s): {', '.join(addresses)}", file=log)
+        ROUTE_SECRETS.update(find_route_secrets(addresses))
         direct = {
             "noop": [f"http://{a}/noop" for a in addresses],
             "stream": [f"http://{a}/stream" for a in addresses],
