@@ -165,6 +165,25 @@ def test_a_link_is_never_followed(tmp_path: Path) -> None:
     assert found == [] and [s.path for s in skipped] == [link] and skipped[0].reason.startswith("unreadable")
 
 
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "run" / f"{os.getpid()}-serve.json"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+
+    with pytest.raises(Refused, match="not a regular file"):
+        announce.read(fifo)
+
+
+def test_a_file_larger_than_an_announcement_can_be_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "big.json"
+    path.write_text(
+        json.dumps({"kind": SERVER, "pid": os.getpid(), "url": "http://x", "pad": "x" * announce.MAX_BYTES})
+    )
+
+    with pytest.raises(Refused, match="larger than"):
+        announce.read(path)
+
+
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="giving a file away takes root")
 def test_another_users_file_is_refused(tmp_path: Path) -> None:
     path = announce.write(tmp_path, Announcement(SERVER, "http://127.0.0.1:1", "k"))

@@ -52,6 +52,8 @@ log = logging.getLogger("flashpoint")
 
 #: the schema this module writes; a reader skips a file of a newer one
 SCHEMA_VERSION = 1
+#: the most a reader reads of one file: an announcement is a few hundred bytes
+MAX_BYTES = 64 * 1024
 
 #: what runs a plane: ``flashpoint serve``, ``flashpoint dev``, a script's embedded plane
 SERVER, DEV, EMBEDDED = "server", "dev", "embedded"
@@ -154,18 +156,23 @@ def read(path: Path) -> Announcement:
     """The announcement in ``path``, checked.
 
     Raises:
-        Refused: the file is not this user's regular file, not JSON, or not an announcement of a schema this reader
-            knows (a field missing or of the wrong type, an unknown kind, a newer version).
+        Refused: the file is not this user's regular file, is larger than ``MAX_BYTES``, is not JSON, or is not an
+            announcement of a schema this reader knows (a field missing or of the wrong type, an unknown kind, a newer
+            version).
         OSError: it cannot be read.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    # never follows a link, and never waits: a FIFO opens at once (O_NONBLOCK) and is refused as not a regular file
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise Refused("not a regular file")
         if hasattr(os, "getuid") and info.st_uid != os.getuid():
             raise Refused(f"owned by another user (uid {info.st_uid})")
-        raw = handle.read()
+        raw = handle.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise Refused(f"larger than {MAX_BYTES} bytes")
     try:
         data = json.loads(raw)
     except ValueError as exc:
