@@ -54,6 +54,7 @@ from flashpoint.sdk import envfile
 from flashpoint.sdk.context import current_job
 from flashpoint.sdk.endpoint import Endpoint, EndpointClient, EndpointSpec, JobHandle, ServerlessScalerType
 from flashpoint.sdk.endpointjob import EndpointJob
+from flashpoint.spec import Secret
 
 # as Runpod Flash does at import: the project's .env, never overriding what is set (FLASHPOINT_DOTENV=0: off)
 envfile.load()
@@ -64,6 +65,7 @@ __all__ = [
     "EndpointClient",
     "EndpointJob",
     "EndpointSpec",
+    "Secret",
     "ServerlessScalerType",
     "__version__",
     "current_job",

@@ -69,6 +69,128 @@ RESERVED_PATHS = ("/ping", "/execute")
 RESERVED_NAMES = ("v1", "v2", "metrics", "docs", "redoc", "openapi.json", "ping", "health", "static", "flash")
 
 
+#: a secret's name: Runpod's rule (a letter or ``_`` first, then letters, digits and ``_.-``, at most 191 characters)
+#: without its ``/``, so a name is never a path; names that begin with ``RUNPOD`` are refused, as Runpod refuses them
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,190}")
+#: a secret reference in an ``env`` value: Runpod's template ``{{ RUNPOD_SECRET_<name> }}``, spaces inside the braces
+#: optional; the name is checked apart, so a malformed one is refused instead of passed on as text
+SECRET_REFERENCE = re.compile(r"\{\{\s*RUNPOD_SECRET_([^\s{}]*)\s*\}\}")
+
+
+def secret_name_problem(name: object) -> str | None:
+    """What is wrong with ``name`` as a secret's name (a sentence that says what to write), or None when it is fine."""
+    if not isinstance(name, str) or not SECRET_NAME.fullmatch(name):
+        shown = repr(name)[:80]
+        return (
+            f"a secret's name is a letter or '_' and then letters, digits, '_', '.' or '-', at most 191 characters "
+            f"(e.g. HF_TOKEN or hf-token); got {shown}"
+        )
+    if name.upper().startswith("RUNPOD"):
+        return f"secret names that begin with RUNPOD are Runpod's own; choose another than {name!r}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """A secret stored on the server, named in an endpoint's ``env``; its workers get the value in that variable.
+
+    ``env={"HF_TOKEN": Secret("hf-token")}`` is the same as Runpod's template ``{"HF_TOKEN": "{{ RUNPOD_SECRET_hf-token
+    }}"}``, which is also accepted, within a longer value too (``str(Secret(...))`` is the template). The value is set
+    with ``flashpoint secret set NAME`` and never leaves the server but in the environment of the endpoint's workers.
+
+    Args:
+        name: the secret's name, as ``flashpoint secret set`` was given it.
+
+    Raises:
+        InvalidEndpointError: ``name`` is not a secret's name.
+
+    Example:
+        ``@Endpoint(name="llm", gpu=GpuGroup.ANY, env={"HF_TOKEN": Secret("hf-token")})``
+    """
+
+    name: str
+
+    def __post_init__(self) -> None:
+        problem = secret_name_problem(self.name)
+        if problem is not None:
+            raise InvalidEndpointError(problem)
+
+    def __str__(self) -> str:
+        return "{{ RUNPOD_SECRET_" + self.name + " }}"
+
+
+class MissingSecretsError(InvalidEndpointError):
+    """An endpoint's ``env`` names secrets that are not set; ``names`` lists every one, in the order first named."""
+
+    code = "missing_secret"
+
+    def __init__(self, endpoint: str, names: Sequence[str]) -> None:
+        self.endpoint = endpoint
+        self.names = tuple(names)
+        listed = ", ".join(self.names)
+        super().__init__(
+            f"endpoint {endpoint!r} needs secrets that are not set: {listed}; set each with `flashpoint secret set "
+            "NAME` (the value is read from stdin or a prompt), or drop it from the endpoint's env"
+        )
+
+
+def env_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The secrets an ``env`` (a spec's, once checked) names, each once, in the order first named."""
+    names: dict[str, None] = {}
+    for value in env.values():
+        for match in SECRET_REFERENCE.finditer(value):
+            names.setdefault(match.group(1))
+    return tuple(names)
+
+
+def secret_references(spec: EndpointSpec) -> tuple[str, ...]:
+    """The secrets ``spec``'s ``env`` names, each once, in the order first named."""
+    return env_secrets(spec.env)
+
+
+def expand_env(env: Mapping[str, str], resolve: Callable[[str], str | None], *, endpoint: str) -> dict[str, str]:
+    """``env`` with every secret reference replaced by the value ``resolve(name)`` gives (one pass: a value that looks
+    like a reference is not expanded again).
+
+    Raises:
+        MissingSecretsError: ``resolve`` gave None for some; the error names every one.
+    """
+    missing: dict[str, None] = {}
+
+    def value_of(match: re.Match[str]) -> str:
+        value = resolve(match.group(1))
+        if value is None:
+            missing.setdefault(match.group(1))
+            return ""
+        return value
+
+    expanded = {key: SECRET_REFERENCE.sub(value_of, value) for key, value in env.items()}
+    if missing:
+        raise MissingSecretsError(endpoint, list(missing))
+    return expanded
+
+
+def _env(name: str | None, env: Any) -> dict[str, str]:
+    """``env=`` checked: strings or ``Secret``s (kept as Runpod's template), every reference naming a valid secret."""
+    env = {} if env is None else env
+    if not isinstance(env, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str | Secret) for k, v in env.items()
+    ):
+        raise invalid(
+            name,
+            f"env must map strings to strings or Secret('name')s, e.g. env={{'HF_HOME': '/data'}}; got {env!r}",
+        )
+    return {key: str(value) for key, value in env.items()}
+
+
+def _check_references(name: str | None, env: Mapping[str, str]) -> None:
+    for key, value in env.items():
+        for match in SECRET_REFERENCE.finditer(value):
+            problem = secret_name_problem(match.group(1))
+            if problem is not None:
+                raise invalid(name, f"env[{key!r}] names a secret badly: {problem}")
+
+
 @dataclass(frozen=True, slots=True)
 class RouteSpec:
     """One HTTP route of a route endpoint: ``method`` (one of ROUTE_METHODS), ``path`` (``/items/{item_id}``) and the
@@ -343,16 +465,14 @@ def build_spec(options: dict[str, Any], *, named_later: bool = False) -> Endpoin
     concurrency = _int(
         name, "max_concurrency", options.get("max_concurrency", 1), minimum=1, example="max_concurrency=4"
     )
-    env = options.get("env")
-    env = {} if env is None else env
-    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise invalid(name, f"env must map strings to strings, e.g. env={{'HF_HOME': '/data'}}; got {env!r}")
+    env = _env(name, options.get("env"))
     cuda = _cuda(name, options.get("min_cuda_version"))
     template = options.get("template")
     if template is not None and not isinstance(template, PodTemplate):
         raise invalid(name, f"template takes a PodTemplate(...), got {template!r}")
     if template is not None:
         env = {**template.env_dict, **env}  # the endpoint's own env wins over its template's
+    _check_references(name, env)
     scaler = options.get("scaler_type", ServerlessScalerType.QUEUE_DELAY)
     try:
         scaler_type = ServerlessScalerType(str(scaler).upper())
