@@ -124,14 +124,27 @@ class MissingSecretsError(InvalidEndpointError):
 
     code = "missing_secret"
 
-    def __init__(self, endpoint: str, names: Sequence[str]) -> None:
+    def __init__(self, endpoint: str, names: Sequence[str], *, hint: str = "") -> None:
         self.endpoint = endpoint
         self.names = tuple(names)
         listed = ", ".join(self.names)
         super().__init__(
-            f"endpoint {endpoint!r} needs secrets that are not set: {listed}; set each with `flashpoint secret set "
-            "NAME` (the value is read from stdin or a prompt), or drop it from the endpoint's env"
+            f"endpoint {endpoint!r} needs secrets that are not set: {listed}; "
+            + (
+                hint
+                or "set each with `flashpoint secret set NAME` (the value is read from stdin or a prompt), or drop it "
+                "from the endpoint's env"
+            )
         )
+
+
+#: what a control plane is given to read secrets: a name's value, or None when it is not set
+SecretResolver = Callable[[str], "str | None"]
+
+
+def no_secrets(name: str) -> str | None:
+    """The resolver of a plane with no secret store: every secret is missing."""
+    return None
 
 
 def env_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -148,7 +161,12 @@ def secret_references(spec: EndpointSpec) -> tuple[str, ...]:
     return env_secrets(spec.env)
 
 
-def expand_env(env: Mapping[str, str], resolve: Callable[[str], str | None], *, endpoint: str) -> dict[str, str]:
+def missing_secrets(env: Mapping[str, str], resolve: SecretResolver) -> tuple[str, ...]:
+    """The secrets ``env`` names that ``resolve`` has no value for, each once, in the order first named."""
+    return tuple(name for name in env_secrets(env) if resolve(name) is None)
+
+
+def expand_env(env: Mapping[str, str], resolve: SecretResolver, *, endpoint: str) -> dict[str, str]:
     """``env`` with every secret reference replaced by the value ``resolve(name)`` gives (one pass: a value that looks
     like a reference is not expanded again).
 

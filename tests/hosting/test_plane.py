@@ -123,6 +123,23 @@ def test_a_durable_role_gets_a_sqlite_store_at_its_file_and_requeues_on_close(tm
         plane.store.close()
 
 
+async def test_a_roles_secrets_reach_its_plane_and_a_role_without_refuses_references(tmp_path: Path) -> None:
+    from flashpoint import Endpoint, GpuGroup, Secret
+    from flashpoint.hosting.secretstore import SecretStore
+    from flashpoint.spec import MissingSecretsError, WorkerTarget
+
+    store = SecretStore(tmp_path / "secrets")
+    store.set("hf", "v")
+    declared = Endpoint(name="llm", gpu=GpuGroup.ANY, env={"T": Secret("hf")}).spec
+    target = WorkerTarget(import_path="app:llm")
+    with_secrets = build_plane(SETTINGS, PlaneRole(secrets=store.resolver()), base_url="", simulated="NVIDIA_H200:1")
+    with_secrets.register(declared, target)
+    assert "llm" in with_secrets.endpoints
+    without = build_plane(SETTINGS, EMBEDDED_ROLE, base_url="", simulated="NVIDIA_H200:1")
+    with pytest.raises(MissingSecretsError, match="hf"):
+        without.register(declared, target)
+
+
 def test_a_fleet_that_cannot_be_read_leaves_no_store_behind(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         build_plane(SETTINGS, PlaneRole(db=tmp_path / "jobs.db"), base_url="", simulated="NOT_A_GPU:2")

@@ -24,6 +24,7 @@ from flashpoint.fleet.discovery import discover_fleet
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.settings import PlaneSettings
+from flashpoint.spec import SecretResolver
 from flashpoint.store.base import JobStore
 from flashpoint.store.memory import MemoryJobStore
 from flashpoint.wire import codec
@@ -46,6 +47,9 @@ class PlaneRole:
     worker_env: Mapping[str, str] = field(default_factory=dict)
     #: set in every worker's environment unless the backend's already has them
     worker_env_defaults: Mapping[str, str] = field(default_factory=dict)
+    #: the values of the secrets endpoints name in their ``env`` (``serve``'s store at ``--data-dir``); None: the plane
+    #: keeps no secrets, and an endpoint that names one is refused at registration
+    secrets: SecretResolver | None = None
 
 
 def app_simulated(settings: Settings) -> str | None:
@@ -83,7 +87,7 @@ def plane_settings(
 def build_plane(settings: Settings, role: PlaneRole, *, base_url: str, simulated: str | None) -> ControlPlane:
     """A control plane in ``role``: the backend ``settings`` names with its fleet read (``simulated``: a simulated
     fleet's description, or None for the real one), then its job store (SQLite at ``role.db``, else in memory), its
-    ``plane_settings`` and a worker secret of its own."""
+    ``plane_settings``, the role's secrets and a worker secret of its own."""
     backend, worker_env, parent_pid = open_backend(settings, simulated)
     store: JobStore
     if role.db is not None:
@@ -97,6 +101,7 @@ def build_plane(settings: Settings, role: PlaneRole, *, base_url: str, simulated
         backend,
         worker_secret=secrets.token_urlsafe(32),
         settings=plane_settings(settings, role, base_url=base_url, worker_env=worker_env, parent_pid=parent_pid),
+        secrets=role.secrets,
     )
 
 

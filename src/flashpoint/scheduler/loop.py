@@ -47,7 +47,14 @@ from flashpoint.scheduler.routeserving import RouteServing, not_a_queue_endpoint
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.supervision import WorkerSupervision
-from flashpoint.spec import EndpointSpec, WorkerTarget
+from flashpoint.spec import (
+    EndpointSpec,
+    MissingSecretsError,
+    SecretResolver,
+    WorkerTarget,
+    missing_secrets,
+    no_secrets,
+)
 from flashpoint.store.base import JobStore
 
 log = logging.getLogger("flashpoint.plane")
@@ -81,12 +88,16 @@ class ControlPlane:
         probe: Probe = readiness.ping,
         environments: EnvironmentSource | None = None,
         leases: DeviceLeases | None = None,
+        secrets: SecretResolver | None = None,
     ) -> None:
         """``settings`` are the plane's limits and tunables; the rest are what it is built from. ``probe`` asks a
         route worker's ``/ping`` (a test door's is scripted); ``environments`` builds endpoints' environments (the
         environment cache at its default root when None); ``leases`` the machine-wide device leases (this process's,
-        in ``leases.lease_dir()``, when None)."""
+        in ``leases.lease_dir()``, when None); ``secrets`` the values of the secrets endpoints name in their ``env``
+        (None: this plane has none, and an endpoint that names one is refused)."""
         self.settings = settings = settings or PlaneSettings()
+        #: None: no secret store (the embedded plane, dev)
+        self._secrets = secrets
         self.store = store
         self.clock = clock
         #: never handed out: each worker gets its own credential derived from it (``worker_credential``)
@@ -127,6 +138,7 @@ class ControlPlane:
             job_lost=self._worker_lost,
             kick=self.kick,
             kick_if_someone_waits=self._kick_if_someone_waits,
+            secrets=secrets or no_secrets,
         )
         self.protocol = WorkerProtocol(
             state,
@@ -465,10 +477,25 @@ class ControlPlane:
     # the verbs the plane passes to the collaborator that owns them (the class docstring lists them)
 
     def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
+        self._check_secrets(spec)
         self.registry.register(spec, target, code_file)
 
     def redeclare(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> int:
+        self._check_secrets(spec)
         return self.registry.redeclare(spec, target, code_file)
+
+    def _check_secrets(self, spec: EndpointSpec) -> None:
+        """Refuse an endpoint naming a secret this plane has no value for, naming every one (MissingSecretsError)."""
+        if self._secrets is None:
+            missing = missing_secrets(spec.env, lambda name: None)
+            hint = (
+                "this plane keeps no secrets: serve the endpoint with `flashpoint serve` and set each there with "
+                "`flashpoint secret set NAME`, or drop it from the endpoint's env"
+            )
+        else:
+            missing, hint = missing_secrets(spec.env, self._secrets), ""
+        if missing:
+            raise MissingSecretsError(spec.name, missing, hint=hint)
 
     async def take(
         self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None

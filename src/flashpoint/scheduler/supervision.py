@@ -39,6 +39,7 @@ from flashpoint.scheduler.routeserving import RouteServing
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.waiters import wake
+from flashpoint.spec import MissingSecretsError, SecretResolver, expand_env, no_secrets
 from flashpoint.terminal import inert
 from flashpoint.wire import protocol
 from flashpoint.wire.protocol import line_level
@@ -95,8 +96,11 @@ class Supervisor:
         on_not_ready: Callable[[Worker, NotReadyError], None],
         on_serving: Callable[[Worker], None] = lambda worker: None,
         node_of: Callable[[str], Node | None] = lambda name: None,
+        secrets: SecretResolver = no_secrets,
     ) -> None:
         self.backend = backend
+        #: the values of the secrets endpoints name in their env, read at each launch (a secret set since counts)
+        self._secrets = secrets
         #: the fleet's node of that name (its datacenter label reaches the worker)
         self._node_of = node_of
         self.python = python
@@ -164,7 +168,10 @@ class Supervisor:
         env = dict(self.worker_env)
         for variable in PLANE_CREDENTIALS:  # the server's own keys never reach the code it runs
             env.pop(variable, None)
-        env.update(ep.spec.env)
+        try:  # the spec holds references only; the values exist in this launch's environment and nowhere else
+            env.update(expand_env(ep.spec.env, self._secrets, endpoint=name))
+        except MissingSecretsError as exc:  # deleted since the endpoint was registered: this start fails
+            raise BackendError(str(exc)) from None
         environment = ep.environment.environment if ep.environment is not None else None
         if environment is not None and env.get("PYTHONPATH"):
             # PYTHONPATH comes before site-packages: the host's directories would beat the environment's pins (it
@@ -291,8 +298,10 @@ class WorkerSupervision:
         job_lost: Callable[[EndpointState, Job, str], None],
         kick: Callable[[], None],
         kick_if_someone_waits: Callable[[], None],
+        secrets: SecretResolver = no_secrets,
     ) -> None:
-        """``credential(endpoint, worker id)`` is a worker's key; ``job_lost(ep, job, what)`` applies the retry rule
+        """``credential(endpoint, worker id)`` is a worker's key; ``secrets`` gives the values of the secrets an
+        endpoint's env names, at each launch; ``job_lost(ep, job, what)`` applies the retry rule
         to a running job whose worker is gone; ``kick`` asks for a reconcile, ``kick_if_someone_waits`` for one only
         while an endpoint waits for devices."""
         self._state = state
@@ -321,6 +330,7 @@ class WorkerSupervision:
             on_not_ready=self._on_not_ready,
             on_serving=routes.watch_ready,
             node_of=state.index.nodes.node,
+            secrets=secrets,
         )
         #: devices passed over until a monotonic time, because a worker placed on them never came up
         self.set_aside: dict[tuple[str, int], tuple[float, Device]] = {}
