@@ -18,6 +18,8 @@ from flashpoint.hosting.server import Server
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.wire import codec
 
+#: ``--data-dir``'s default, as the issue fixes it (``~`` is expanded by the server)
+DEFAULT_DATA_DIR = Path("~/.flashpoint/server")
 _MIB = 1024 * 1024
 
 
@@ -44,6 +46,9 @@ def serve(
     ),
     port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one and prints it).")] = 8000,
     db: Annotated[Path, typer.Option(help="SQLite file that keeps every accepted job.")] = Path(".flashpoint/jobs.db"),
+    data_dir: Annotated[
+        Path, typer.Option(help="The server's data directory: the secrets endpoints name (`flashpoint secret set`).")
+    ] = DEFAULT_DATA_DIR,
     api_key: Annotated[
         list[str] | None,
         typer.Option("--api-key", help="An accepted API key (repeat for several); adds to FLASHPOINT_API_KEY."),
@@ -127,6 +132,7 @@ def serve(
         host=host,
         port=port,
         db=db,
+        data_dir=data_dir,
         api_keys=tuple(keys),
         max_body_bytes=int(max_body_mb * _MIB),
         allow_pickle=allow_pickle,

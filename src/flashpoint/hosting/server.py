@@ -19,6 +19,7 @@ from flashpoint.config import Settings
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.hosting import announce, console
 from flashpoint.hosting.plane import PlaneRole, app_simulated, build_plane, http_url, listening_socket, loopback
+from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.wire import codec
@@ -101,6 +102,7 @@ class Server:
         host: str = "127.0.0.1",
         port: int = 8000,
         db: str | os.PathLike[str] = ".flashpoint/jobs.db",
+        data_dir: str | os.PathLike[str] | None = None,
         api_keys: tuple[str, ...] = (),
         max_body_bytes: int = 10 * 1024 * 1024,
         allow_pickle: bool = False,
@@ -114,7 +116,8 @@ class Server:
         route_wait_s: float | None = None,
     ) -> None:
         """``route_wait_s``: how long a request to a route endpoint waits for a ready worker (default: the settings',
-        ``FLASHPOINT_ROUTE_WAIT_S``, 60 s)."""
+        ``FLASHPOINT_ROUTE_WAIT_S``, 60 s). ``data_dir``: the server's data directory, whose ``secrets/`` the
+        endpoints' ``env`` may name (None: no secrets; ``flashpoint serve`` gives ``~/.flashpoint/server``)."""
         if any(not key.strip() for key in api_keys):
             raise ConfigError(
                 "an API key is blank, so no request could match it; pass real keys (e.g. FLASHPOINT_API_KEY="
@@ -141,6 +144,8 @@ class Server:
         self.target = target
         self.settings = settings
         self.host, self.port, self.db = host, port, db
+        #: the secrets endpoints name in their env, in the data directory (None: the server keeps none)
+        self.secrets = None if data_dir is None else SecretStore(Path(data_dir).expanduser() / "secrets")
         self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
         self.allow_pickle = allow_pickle
@@ -157,6 +162,7 @@ class Server:
         quiet_runpod = logging.getLogger().getEffectiveLevel() > logging.DEBUG
         return PlaneRole(
             db=self.db,
+            secrets=None if self.secrets is None else self.secrets.resolver(),
             max_result_bytes=self.max_result_bytes,
             max_queued_jobs=self.max_queued_jobs,
             max_queued_bytes=self.max_queued_bytes,
