@@ -28,10 +28,11 @@ from flashpoint.cli import app as cli_app
 from flashpoint.config import Settings
 from flashpoint.dev.app import EMPTY_INPUT, DevApp
 from flashpoint.dev.docs import docs_page
-from flashpoint.dev.layout import Changes, Layout, build_layout, changes, is_project_path, load_project, project_files
+from flashpoint.dev.layout import Changes, Layout, build_layout, changes
 from flashpoint.dev.server import DevServer, DevSession
 from flashpoint.errors import ConfigError
 from flashpoint.hosting.plane import bind_port
+from flashpoint.hosting.project import is_project_path, load_project, project_files
 from flashpoint.jobs import JobStatus, Reason
 from flashpoint.spec import WorkerTarget
 from flashpoint.wire.protocol import error_record
@@ -251,6 +252,38 @@ def test_what_a_reload_changes(
 ) -> None:
     root = project(BASE)
     _, diff = reloaded(root, edit, load_project(root))
+    assert diff == expected
+
+
+OWNED = {
+    # sorts before the file that declares the model, and imports it (as a pipeline or a client does)
+    "a_pipeline.py": HEAD + "from gpu_worker import process\n" + gpu_fn("pipe", "run"),
+    "a_client.py": "import asyncio\nfrom gpu_worker import process\n"
+    'if __name__ == "__main__":\n    asyncio.run(process(1))\n',
+    "gpu_worker.py": HEAD + gpu_fn("gpu"),
+}
+OWNED_RELOADS: list[tuple[str, dict[str, str | None], Changes]] = [
+    ("an importing file's edit replaces its own endpoints, not the model's",
+     {"a_pipeline.py": HEAD + "from gpu_worker import process\n" + gpu_fn("pipe", "run", body="return x + 1")},
+     Changes(replaced=("pipe",))),
+    ("a client's edit replaces nothing", {"a_client.py": "from gpu_worker import process\nX = 2\n"}, Changes()),
+    ("the model's edit replaces it and the endpoints of the files using it",
+     {"gpu_worker.py": HEAD + gpu_fn("gpu", body="return x + 1")}, Changes(replaced=("pipe", "gpu"))),
+    ("a client that starts running work at import is skipped and replaces nothing",
+     {"a_client.py": "import asyncio\nfrom gpu_worker import process\nasyncio.run(process(1))\n"}, Changes()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("edit", "expected"), [r[1:] for r in OWNED_RELOADS], ids=[r[0] for r in OWNED_RELOADS])
+def test_an_endpoint_reloads_with_the_file_that_declares_it(
+    project: Callable[[dict[str, str]], Path], edit: dict[str, str | None], expected: Changes
+) -> None:
+    root = project(OWNED)
+    first = load_project(root)
+    assert {f.rel: list(f.endpoints) for f in first.files} == {"a_client.py": [], "a_pipeline.py": ["pipe"],
+                                                               "gpu_worker.py": ["gpu"]}  # fmt: skip
+    assert build_layout(first).homes["gpu"] == ("gpu_worker.py",)
+    _, diff = reloaded(root, edit, first)
     assert diff == expected
 
 

@@ -1,4 +1,5 @@
-"""``flashpoint serve APP``: serve an app's endpoints behind Runpod's HTTP API, with durable jobs.
+"""``flashpoint serve APP``: serve the endpoints of an app (a file, a module or a project folder) behind Runpod's
+HTTP API, with durable jobs.
 
 Edge module: may import anything in flashpoint, plus typer.
 """
@@ -40,7 +41,13 @@ BodyTimeoutOption = Annotated[
 
 
 def serve(
-    app: Annotated[str, typer.Argument(help="The app: path/to/app.py or package.module, optionally :attr.")],
+    app: Annotated[
+        str,
+        typer.Argument(
+            help="The app: path/to/app.py or package.module, optionally :attr; or a project folder (every .py file "
+            "its .gitignore and .flashignore keep, as `flashpoint dev` reads it)."
+        ),
+    ],
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs an API key.")] = (
         "127.0.0.1"
     ),
@@ -108,8 +115,8 @@ def serve(
         ),
     ] = "info",
 ) -> None:
-    """Serve the endpoints of APP: Runpod's /v2 API, HTTP-route endpoints under /NAME/, the native /v1 API and
-    /metrics, until SIGINT or SIGTERM."""
+    """Serve the endpoints of APP (a file, a module or a project folder): Runpod's /v2 API, HTTP-route endpoints
+    under /NAME/, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
     if log_level.lower() not in console.LEVEL_NAMES:
         raise ConfigError(f"--log-level is one of {', '.join(console.LEVEL_NAMES)}; got {log_level!r}")
     console.configure(log_level.lower())

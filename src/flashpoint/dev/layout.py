@@ -1,33 +1,27 @@
-"""``flashpoint dev``'s project: the files of a folder, the endpoints each declares, and the URL layout of Runpod
-Flash's ``flash dev`` that serves them; what a reload changes.
+"""``flashpoint dev``'s URL layout of a project (as Runpod Flash's ``flash dev`` builds it), and what a reload
+changes. Pure: the project itself (its files, what each declares) is loaded by ``hosting.project``, shared with
+``serve DIR``.
 
-Loading goes through ``discovery`` (so ``runpod_flash`` is flashpoint while a file imports); the rest is pure. Not an
-edge module: it imports discovery, the endpoint handles and the route declarations, never the HTTP layer.
-
-The layout, as ``flash dev`` builds it: a file's prefix is its path below the folder without ``.py``
-(``/gpu_worker``, ``/01_getting_started/03_mixed_workers/cpu_worker``). A file with one queue callable (a function, or
-one method of a class) answers ``POST <prefix>/runsync``; with several, each answers ``POST <prefix>/<name>/runsync``
-(a function by its name, a class's public methods by theirs). A route endpoint's routes are ``METHOD <prefix><path>``.
+The layout: a file's prefix is its path below the folder without ``.py`` (``/gpu_worker``,
+``/01_getting_started/03_mixed_workers/cpu_worker``). A file with one queue callable (a function, or one method of a
+class) answers ``POST <prefix>/runsync``; with several, each answers ``POST <prefix>/<name>/runsync`` (a function by
+its name, a class's public methods by theirs). A route endpoint's routes are ``METHOD <prefix><path>``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import json
-import os
 import re
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from flashpoint.errors import Error
-from flashpoint.hosting.discovery import AnyEndpoint, load_endpoints, load_module
-from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
+from flashpoint.hosting.discovery import AnyEndpoint
+from flashpoint.hosting.project import Project, SourceFile, same_endpoint
+from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand
 from flashpoint.sdk.routes import is_route_endpoint, route_table
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
@@ -35,20 +29,12 @@ __all__ = [
     "Call",
     "Changes",
     "Layout",
-    "Project",
     "RouteEntry",
-    "SourceFile",
     "build_layout",
     "changes",
-    "forget_modules",
-    "is_project_path",
-    "load_project",
-    "project_files",
+    "spec_of",
 ]
 
-#: folders never scanned, at any depth (Flash's built-in ignore list, less files it already skips by suffix); hidden
-#: folders and virtual environments (a ``pyvenv.cfg``) are skipped too
-SKIPPED_DIRS = frozenset({"__pycache__", "tests", "docs", "dist", "build", "venv", "env", "node_modules"})
 #: first prefix segments the server keeps for itself: Runpod's API and the worker protocol (/v2), the native API (/v1)
 RESERVED_PREFIXES = frozenset({"v1", "v2"})
 #: files that are never an app's
@@ -56,115 +42,6 @@ _NOT_APPS = frozenset({"__init__.py", "conftest.py"})
 #: a path parameter of a route template, named or typed (``{id}``, ``{id:int}``): two templates differing only in the
 #: names are one route
 _PARAM = re.compile(r"\{[^{}]*\}")
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Files
-
-
-def _skipped_dir(path: Path) -> bool:
-    name = path.name
-    return (
-        name.startswith(".")
-        or name in SKIPPED_DIRS
-        or name.endswith(".egg-info")
-        or (path / "pyvenv.cfg").is_file()  # a virtual environment, whatever its name
-    )
-
-
-def _skipped_file(name: str) -> bool:
-    # hidden files: editors' lock and swap files
-    return not name.endswith(".py") or name.startswith((".", "test_")) or name.endswith("_test.py") or name in _NOT_APPS
-
-
-def project_files(root: Path) -> list[Path]:
-    """The ``.py`` files ``flashpoint dev`` loads, in path order: not ``__init__.py``, tests (``test_*.py``,
-    ``*_test.py``, ``conftest.py``), hidden files, nor anything in a skipped folder (``SKIPPED_DIRS``, hidden folders,
-    ``*.egg-info``, virtual environments)."""
-    found: list[Path] = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not _skipped_dir(Path(folder) / d))
-        found.extend(Path(folder) / name for name in files if not _skipped_file(name))
-    return sorted(found, key=lambda path: path.relative_to(root).as_posix())
-
-
-def is_project_path(root: Path, path: Path) -> bool:
-    """Whether ``path`` (existing or just deleted) is one of the files ``project_files`` would list."""
-    try:
-        parts = path.relative_to(root).parts
-    except ValueError:
-        return False
-    if not parts or _skipped_file(parts[-1]):
-        return False
-    folder = root
-    for part in parts[:-1]:
-        folder = folder / part
-        if _skipped_dir(folder):
-            return False
-    return True
-
-
-def forget_modules(root: Path) -> list[str]:
-    """Remove the project's modules (files under ``root`` outside skipped folders; never flashpoint's own) from
-    ``sys.modules``, so the next import reads every file again; returns their names."""
-    inside = str(root) + os.sep
-    gone: list[str] = []
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if not isinstance(file, str) or not file.startswith(inside) or name.partition(".")[0] == "flashpoint":
-            continue
-        parts = Path(file).relative_to(root).parts
-        if not any(_skipped_dir(root.joinpath(*parts[: i + 1])) for i in range(len(parts) - 1)):
-            del sys.modules[name]
-            gone.append(name)
-    return gone
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Loading
-
-
-@dataclass(frozen=True, slots=True)
-class SourceFile:
-    """One project file as last loaded. A file that fails to import keeps what it declared when it last loaded
-    (``endpoints``, ``digest``, ``uses``), with the failure in ``error``."""
-
-    rel: str
-    #: the module name it was imported under ("gpu_worker"; the dotted name inside a package)
-    module: str
-    #: sha256 of the source that ``endpoints`` came from
-    digest: str
-    endpoints: Mapping[str, AnyEndpoint] = field(default_factory=dict)
-    #: how a worker loads each endpoint, taken when the file loaded (a route endpoint's import path names the module
-    #: object of that load)
-    targets: Mapping[str, WorkerTarget] = field(default_factory=dict)
-    #: the other project files whose module it refers to at module level (``import x``, ``from x import y``)
-    uses: frozenset[str] = frozenset()
-    error: str | None = None
-
-    @property
-    def prefix(self) -> str:
-        """The file's URL prefix: its path without ``.py`` (``/workers/gpu``)."""
-        return "/" + self.rel.removesuffix(".py")
-
-
-@dataclass(frozen=True, slots=True)
-class Project:
-    root: Path
-    files: tuple[SourceFile, ...]
-
-    @property
-    def errors(self) -> list[tuple[str, str]]:
-        """``(file, error)`` for each file that failed to load this time."""
-        return [(f.rel, f.error) for f in self.files if f.error is not None]
-
-
-def _declares(module: ModuleType) -> bool:
-    return any(_is_endpoint(value) for value in vars(module).values())
-
-
-def _is_endpoint(value: Any) -> bool:
-    return isinstance(value, EndpointFunction | EndpointClass | EndpointCommand) or is_route_endpoint(value)
 
 
 def _module_of(value: Any) -> str | None:
@@ -175,64 +52,6 @@ def _module_of(value: Any) -> str | None:
     except Exception:  # a lazy object's attribute access may run anything
         return None
     return name if isinstance(name, str) else None
-
-
-def load_project(root: Path, previous: Project | None = None) -> Project:
-    """Import every project file afresh (``forget_modules`` first) through discovery, and collect what each
-    declares. A file that fails keeps its last good version from ``previous``; its error is recorded, never raised."""
-    root = root.resolve()
-    forget_modules(root)
-    before = {f.rel: f for f in previous.files} if previous is not None else {}
-    loaded: list[tuple[SourceFile, ModuleType | None]] = []
-    for path in project_files(root):
-        rel = path.relative_to(root).as_posix()
-        try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            module = load_module(str(path))
-            endpoints = load_endpoints(str(path)) if _declares(module) else {}
-        except (Error, OSError) as exc:
-            loaded.append((_failed(rel, before.get(rel), exc), None))
-            continue
-        loaded.append((SourceFile(rel, module.__name__, digest, endpoints), module))
-    for source, fresh in loaded:
-        for handle in source.endpoints.values() if fresh is not None else ():
-            _drop_stale(handle)
-    files = {f.module: f.rel for f, _ in loaded if f.module}
-    result: list[SourceFile] = []
-    for source, loaded_module in loaded:
-        if loaded_module is not None:
-            try:  # a target pickles code for a shared name or routes from several modules: that may fail
-                targets = {name: target_of(handle) for name, handle in source.endpoints.items()}
-            except Exception as exc:
-                result.append(_failed(source.rel, before.get(source.rel), exc))
-                continue
-            names = {_module_of(value) for value in list(vars(loaded_module).values())}
-            uses = frozenset(files[name] for name in names if name in files and files[name] != source.rel)
-            source = dataclasses.replace(source, targets=targets, uses=uses)
-        result.append(source)
-    return Project(root, tuple(result))
-
-
-def _drop_stale(handle: Any) -> None:
-    """Members of a shared endpoint name (``endpoint.Shared``) declared by an earlier load of a file leave it: the
-    functions and classes of one name and the same options join one group, so a function renamed or removed since
-    would otherwise stay one of the endpoint's targets (in its calls, its input checks and its workers' table) until
-    its old handle is garbage collected."""
-    shared = getattr(handle, "shared", None)
-    if shared is None:
-        return
-    for name, member in list(shared.members.items()):
-        obj = getattr(member, "__wrapped__", None)
-        module = sys.modules.get(getattr(obj, "__module__", None) or "")
-        if module is None or not any(value is member for value in vars(module).values()):
-            del shared.members[name]
-
-
-def _failed(rel: str, kept: SourceFile | None, exc: BaseException) -> SourceFile:
-    error = str(exc) if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
-    if kept is None:
-        return SourceFile(rel, "", "", error=error)
-    return dataclasses.replace(kept, error=error)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -301,13 +120,6 @@ class Layout:
         """``(method, path, callable, endpoint)`` per URL, calls first, for the startup table and the docs page."""
         rows = [("POST", c.path, c.name, c.endpoint) for c in self.calls.values()]
         return rows + [(r.method, r.path, r.name, r.endpoint) for r in self.routes]
-
-
-def _same_endpoint(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    shared = getattr(a, "shared", None)  # functions declared with one name and the same options: one endpoint
-    return shared is not None and shared is getattr(b, "shared", None)
 
 
 def _first_line(obj: Any) -> str:
@@ -390,7 +202,7 @@ def build_layout(project: Project) -> Layout:
             if known is None:
                 owners[name] = (handle, source.rel)
                 targets[name] = source.targets[name]
-            elif not _same_endpoint(known[0], handle):
+            elif not same_endpoint(known[0], handle):
                 problems.append(
                     f"{source.rel}: endpoint {name!r} left out: {known[1]} declares one of that name with other "
                     "options; give each its own name="
@@ -472,13 +284,6 @@ class Changes:
 
     def __bool__(self) -> bool:
         return bool(self.added or self.replaced or self.removed)
-
-
-def target_of(handle: Any) -> WorkerTarget:
-    """How a worker loads an endpoint (its import path, a pickled table, or its command): taken while the module
-    that declares it is the one in ``sys.modules``."""
-    target: WorkerTarget = handle.worker_target()
-    return target
 
 
 def spec_of(handle: Any) -> EndpointSpec:

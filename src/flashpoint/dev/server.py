@@ -23,19 +23,11 @@ from flashpoint.api.runpod import Intake
 from flashpoint.backends.local import python_env
 from flashpoint.config import Settings
 from flashpoint.dev.app import DevApp
-from flashpoint.dev.layout import (
-    Changes,
-    Layout,
-    Project,
-    build_layout,
-    changes,
-    is_project_path,
-    load_project,
-    spec_of,
-)
+from flashpoint.dev.layout import Changes, Layout, build_layout, changes, spec_of
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.hosting import announce
 from flashpoint.hosting.plane import PlaneRole, app_simulated, bind_port, build_plane, http_url, loopback
+from flashpoint.hosting.project import IGNORE_FILES, Project, is_project_path, load_project
 from flashpoint.hosting.server import input_checkers
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.spec import WorkerTarget
@@ -138,6 +130,9 @@ class DevSession:
         import watchfiles
 
         def project_source(change: watchfiles.Change, path: str) -> bool:
+            # a changed ignore file may add or drop project files
+            if Path(path).name in IGNORE_FILES:
+                return True
             return path.endswith(".py") and is_project_path(self.root, Path(path))
 
         logging.getLogger("watchfiles").setLevel(logging.WARNING)

@@ -19,7 +19,7 @@ from flashpoint.flash import alias
 from flashpoint.sdk.endpoint import Endpoint, EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.sdk.routes import is_route_endpoint
 
-__all__ = ["AnyEndpoint", "load_endpoints", "load_module", "split_target"]
+__all__ = ["AnyEndpoint", "load_endpoints", "load_module", "module_name", "split_target"]
 
 #: what ``@Endpoint`` returns (a function or class handle), a worker command, or an ``Endpoint`` with HTTP routes
 AnyEndpoint: TypeAlias = "EndpointFunction[..., Any] | EndpointClass[..., Any] | EndpointCommand | Endpoint"
@@ -49,7 +49,7 @@ def _is_path(source: str) -> bool:
     return source.endswith(".py") or "/" in source or os.sep in source or Path(source).is_dir()
 
 
-def _module_name(path: Path) -> tuple[Path, str]:
+def module_name(path: Path) -> tuple[Path, str]:
     """The import root and dotted name of a file: packages (folders with ``__init__.py``) are walked up."""
     parts = [] if path.name == "__init__.py" else [path.stem]
     folder = path.parent
@@ -83,7 +83,7 @@ def _load_file(source: str) -> ModuleType:
     path = path.resolve()
     if path.suffix != ".py":
         raise ConfigError(f"{source!r} is not a Python file (.py); accepted: {_FORMS}")
-    root, name = _module_name(path)
+    root, name = module_name(path)
     bad = [part for part in name.split(".") if not part.isidentifier()]
     if bad:
         # Workers import the endpoint's module by name, so the name must be importable.

@@ -22,6 +22,7 @@ from flashpoint.hosting.plane import PlaneRole, app_simulated, build_plane, http
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
+from flashpoint.spec import WorkerTarget
 from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.server")
@@ -89,6 +90,31 @@ def _needs_target(name: str, targets: list[str]) -> Callable[[Any], None]:
         )
 
     return check
+
+
+def load_target(target: str) -> dict[str, tuple[Any, WorkerTarget]]:
+    """The endpoints ``serve`` serves, each with its worker's target: a project folder's (a folder without
+    ``__init__.py``: ``hosting.project``, as ``flashpoint dev`` loads it), else an app file's or module's
+    (``hosting.discovery``; a folder with ``__init__.py`` is a package).
+
+    Raises:
+        ConfigError: what failed to load, a name declared twice, or no endpoint at all.
+    """
+    from flashpoint.hosting.discovery import load_endpoints, split_target
+    from flashpoint.hosting.project import load_project
+
+    source, attr = split_target(target.strip()) if target.strip() else (target, None)
+    folder = Path(source).expanduser()
+    if attr is None and folder.is_dir() and not (folder / "__init__.py").is_file():
+        found = load_project(folder).endpoints()
+        if not found:
+            raise ConfigError(
+                f"no endpoints found in {str(folder)!r}: declare one at module level in a .py file of it, e.g. "
+                "@Endpoint(name='worker', gpu=GpuGroup.ANY) (files its .gitignore or .flashignore leave out, tests "
+                "and files whose top level runs work are not read)"
+            )
+        return found
+    return {name: (handle, handle.worker_target()) for name, handle in load_endpoints(target).items()}
 
 
 class Server:
@@ -182,9 +208,9 @@ class Server:
         from flashpoint.api.loopguard import LoopbackGuard, host_names
         from flashpoint.api.runpod import Intake
         from flashpoint.api.transport import hardened_protocol
-        from flashpoint.hosting.discovery import load_endpoints
 
-        handles = load_endpoints(self.target)
+        loaded = load_target(self.target)
+        handles = {name: handle for name, (handle, _) in loaded.items()}
         sock = listening_socket(self.host, self.port)
         port = sock.getsockname()[1]
         # local workers reach a wildcard-bound server on loopback; workers on other nodes where the user says
@@ -206,8 +232,8 @@ class Server:
 
         async def startup() -> None:
             await plane.start()
-            for number, handle in enumerate(handles.values()):
-                target, code_file = handle.worker_target(), None
+            for number, (handle, target) in enumerate(loaded.values()):
+                code_file = None
                 if target.pickled is not None:
                     code_file = os.path.join(code_dir.name, f"{number}.pkl")
                     Path(code_file).write_bytes(target.pickled)
