@@ -207,6 +207,7 @@ class Server:
         from flashpoint.api.app import Dispatch, create_app
         from flashpoint.api.loopguard import LoopbackGuard, host_names
         from flashpoint.api.runpod import Intake
+        from flashpoint.api.secretroutes import router as secret_router
         from flashpoint.api.transport import hardened_protocol
 
         loaded = load_target(self.target)
@@ -275,6 +276,9 @@ class Server:
             on_startup=startup,
             on_shutdown=shutdown,
         )
+        if self.secrets is not None:  # its --data-dir's: set, listed and deleted with the server's key
+            app.include_router(secret_router, prefix="/v1")
+            app.state.secrets = self.secrets
 
         class _Uvicorn(uvicorn.Server):
             async def shutdown(self, sockets: Any = None) -> None:

@@ -1,0 +1,112 @@
+"""``flashpoint secret set|list|delete``: a server's secrets, which endpoints name in their ``env``
+(``flashpoint.Secret("name")`` or ``{{ RUNPOD_SECRET_name }}``). A value is read from stdin, or from a hidden prompt
+at a terminal; never from an argument, where shell history and ``ps`` would show it.
+
+The server is ``--url``/``--key`` (``FLASHPOINT_URL``/``FLASHPOINT_API_KEY``), else the one ``flashpoint serve`` of
+this machine; with several, the command lists them and asks for ``--url`` instead of choosing.
+
+Edge module: may import anything in flashpoint, plus typer and httpx (through ``cli.live``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import getpass
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from flashpoint.cli.live import SERVER, URL, LivePlane, describe
+from flashpoint.cli.output import print_json
+from flashpoint.cli.target import KeyOption, UrlOption, required_planes, seg
+from flashpoint.errors import BadInputError, ConfigError
+from flashpoint.spec import secret_name_problem
+from flashpoint.terminal import inert
+
+app = typer.Typer(
+    name="secret",
+    help="A server's secrets, which endpoints name in their env: set (the value from stdin or a prompt), list, delete.",
+    no_args_is_help=True,
+)
+
+NameArgument = Annotated[str, typer.Argument(help="The secret's name, e.g. HF_TOKEN.", show_default=False)]
+AppOption = Annotated[
+    str | None, typer.Option("--app", "-a", help="The app the secret belongs to (default: server-wide).")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def server(url: str | None, key: str | None) -> LivePlane:
+    """The one server a secret command talks to (secrets live in ``flashpoint serve``'s data directory)."""
+    planes = required_planes(url, key, "secrets are a `flashpoint serve` server's")
+    found = [p for p in planes if p.kind in (SERVER, URL)]
+    if not found:
+        raise ConfigError(
+            "no `flashpoint serve` runs on this machine, and secrets are a server's; start one, or name one with --url"
+        )
+    if len(found) > 1:
+        listed = "; ".join(f"{describe(p)} at {p.url}" for p in found)
+        raise ConfigError(f"several servers run on this machine ({listed}); name one with --url (and --key)")
+    return found[0]
+
+
+def read_value(name: str) -> str:
+    """The value: a hidden prompt at a terminal, else all of stdin less one final line break (what ``echo`` adds)."""
+    if sys.stdin.isatty():
+        value = getpass.getpass(f"value of {name} (not shown): ")
+    else:
+        value = sys.stdin.read()
+        value = value.removesuffix("\n").removesuffix("\r")
+    if not value:
+        raise BadInputError(f"no value for secret {name!r}: pipe it in (e.g. `printenv HF_TOKEN | flashpoint ...`)")
+    return value
+
+
+def _when(seconds: Any) -> str:
+    return datetime.datetime.fromtimestamp(float(seconds), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@app.command("set")
+def set_secret(
+    name: NameArgument,
+    app_name: AppOption = None,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Set secret NAME (for --app, or server-wide) to the value read from stdin, or from a hidden prompt."""
+    problem = secret_name_problem(name)
+    if problem is not None:  # before asking for a value that could not be kept
+        raise BadInputError(problem)
+    plane = server(url, key)
+    value = read_value(name)
+    params = {"app": app_name} if app_name is not None else None
+    plane.request("PUT", f"/v1/secrets/{seg(name)}", params=params, body={"value": value})
+    print(inert(f"secret {name} set" + (f" for app {app_name}" if app_name else " (server-wide)")))
+
+
+@app.command("list")
+def list_secrets(
+    app_name: AppOption = None, url: UrlOption = None, key: KeyOption = None, json_output: JsonOption = False
+) -> None:
+    """List the secrets: names, apps and dates (never values); --app: the server-wide ones and that app's."""
+    params = {"app": app_name} if app_name is not None else None
+    secrets = server(url, key).request("GET", "/v1/secrets", params=params)["secrets"]
+    if json_output:
+        print_json(secrets)
+        return
+    if not secrets:
+        print("no secrets; set one with: flashpoint secret set NAME < value-file")
+        return
+    for secret in secrets:
+        owner = f"app {secret['app']}" if secret["app"] else "server-wide"
+        dates = f"created {_when(secret['created'])}  updated {_when(secret['updated'])}"
+        print(inert(f"{secret['name']}  {owner}  {dates}"))
+
+
+@app.command("delete")
+def delete_secret(name: NameArgument, app_name: AppOption = None, url: UrlOption = None, key: KeyOption = None) -> None:
+    """Delete secret NAME (of --app, or the server-wide one)."""
+    params = {"app": app_name} if app_name is not None else None
+    server(url, key).request("DELETE", f"/v1/secrets/{seg(name)}", params=params)
+    print(inert(f"secret {name} deleted"))
