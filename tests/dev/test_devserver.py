@@ -761,6 +761,10 @@ def test_the_server_refuses_what_it_cannot_serve(project: Callable[[dict[str, st
     (root / "a.py").write_text("X = 1\n")
     with pytest.raises(ConfigError, match="no endpoints found"):
         DevServer(root, settings=settings).load()
+    # a project whose only endpoint file runs work at import: not imported, and the refusal says so
+    (root / "a.py").write_text(HEAD + gpu_fn("a") + "import asyncio\nasyncio.run(process(1))\n")
+    with pytest.raises(ConfigError, match=r"no endpoints found(.|\n)*not imported: a.py: line \d+ runs an event loop"):
+        DevServer(root, settings=settings).load()
     with pytest.raises(ConfigError, match="is not a folder"):
         DevServer(tmp_path / "missing", settings=settings)
     assert DevServer(root, settings=settings, host="0.0.0.0", api_keys=("k",)).host == "0.0.0.0"

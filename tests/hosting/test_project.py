@@ -158,6 +158,17 @@ def test_env_files_never_count_and_ignore_files_are_read_as_text(tmp_path: Path)
     assert not ignore.ignored(".env", is_dir=True)  # a folder named .env is a folder (hidden: Flash's default skips)
 
 
+def test_unreadable_patterns_are_left_out_and_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="flashpoint.project")
+    (tmp_path / ".gitignore").write_text("!\n[z-a]\nend\\\n*.log\n\x00\n***/x.py\n" + "a/" * 2000 + "\n")
+    for name in ("a.py", "x.log", "sub/x.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert rels(tmp_path) == ["a.py"]
+    (warning,) = caplog.records
+    assert "3 unreadable pattern(s)" in warning.getMessage() and "'[z-a]'" in warning.getMessage()
+
+
 def test_a_folder_named_like_an_ignore_file_is_no_rules(tmp_path: Path) -> None:
     (tmp_path / ".flashignore").mkdir()
     (tmp_path / "a.py").write_text("")

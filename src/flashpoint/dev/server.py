@@ -220,7 +220,8 @@ class DevServer:
             raise ConfigError(f"these files of {self.root} failed to load:\n{failed}")
         layout = build_layout(project)
         if not layout.endpoints:
-            raise ConfigError(NO_ENDPOINTS.format(root=self.root))
+            skipped = "".join(f"\n(not imported: {rel}: {why})" for rel, why in project.skipped)
+            raise ConfigError(NO_ENDPOINTS.format(root=self.root) + skipped)
         return project, layout
 
     def run(self) -> None:

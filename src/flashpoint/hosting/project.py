@@ -88,7 +88,7 @@ class Ignore:
             except OSError:  # absent, or a folder of that name
                 continue
         if lines:
-            self._specs.append((folder, pathspec.GitIgnoreSpec.from_lines(lines)))
+            self._specs.append((folder, pathspec.GitIgnoreSpec.from_lines(_valid(lines, self.root / folder))))
 
     def entered(self, folder: str) -> None:
         """Read the ``.gitignore`` of a folder (relative, posix) the walk has just entered."""
@@ -106,6 +106,24 @@ class Ignore:
             if spec.match_file(inner + "/" if is_dir else inner):
                 return True
         return False
+
+
+def _valid(lines: list[str], folder: Path) -> list[str]:
+    """The lines that are patterns git can read: git ignores one it cannot (a lone ``!``, a trailing backslash, a
+    reversed range), and so does the loader, with a warning naming them."""
+    kept: list[str] = []
+    bad: list[str] = []
+    for line in lines:
+        try:
+            pathspec.GitIgnoreSpec.from_lines([line])
+        except Exception:  # pathspec's own error, or re.error for a range the regex engine refuses
+            bad.append(line)
+        else:
+            kept.append(line)
+    if bad:
+        log.warning("ignoring %d unreadable pattern(s) in the ignore files of %s: %s", len(bad), folder,
+                    ", ".join(repr(line) for line in bad[:5]))  # fmt: skip
+    return kept
 
 
 def _skipped_dir(path: Path) -> bool:
