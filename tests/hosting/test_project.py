@@ -214,6 +214,22 @@ def test_a_client_script_is_not_imported_and_named_in_one_warning(
     assert "other_client.py" in again.getMessage() and "uses_client.py" not in again.getMessage()
 
 
+def test_files_importing_a_skipped_file_relatively_are_skipped_not_those_importing_it_in_a_function(
+    project: Callable[[dict[str, str]], Path],
+) -> None:
+    root = project({
+        "pkg/__init__.py": "", "pkg/client.py": CLIENT.replace("from gpu_worker import process\n", ""),
+        "pkg/rel.py": "from . import client\n" + NEVER, "pkg/rel_from.py": "from .client import asyncio\n" + NEVER,
+        # an import inside a function runs when it is called, not on import
+        "lazy.py": "def later():\n    import pkg.client\n",
+        "pkg/fine.py": "from . import other\n", "pkg/other.py": "X = 1\n",
+    })  # fmt: skip
+    loaded = load_project(root)
+    assert loaded.errors == []
+    assert sorted(dict(loaded.skipped)) == ["pkg/client.py", "pkg/rel.py", "pkg/rel_from.py"]
+    assert "lazy" in sys.modules
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Ownership
 

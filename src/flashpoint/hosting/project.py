@@ -482,15 +482,20 @@ def target_of(handle: Any) -> WorkerTarget:
     return target
 
 
-def _imports(tree: ast.Module) -> set[str]:
-    """The absolute module names a file's import statements name (and their parents), at any level."""
+def _imports(tree: ast.Module, module: str) -> set[str]:
+    """The module names that a file's imports running on import name (and their parents; not those inside functions);
+    a relative import is resolved against the file's own dotted name ``module``."""
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in (node for stmt in _top_level(tree.body) for node in _shallow(stmt)):
         found = []
         if isinstance(node, ast.Import):
             found = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.ImportFrom):
+            package = module.split(".")[: -node.level] if node.level else []
+            if node.level and not package:
+                continue  # beyond the top-level package: the import itself fails
+            base = ".".join([*package, *([node.module] if node.module else [])])
+            found = [base, *(f"{base}.{alias.name}" for alias in node.names)]
         for name in found:
             parts = name.split(".")
             names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
@@ -510,8 +515,9 @@ def _screen(root: Path, paths: list[Path]) -> dict[str, str]:
             tree = ast.parse(source)
         except (OSError, SyntaxError, ValueError):
             continue  # the import reports it
-        modules[module_name(path.resolve())[1]] = rel
-        imports[rel] = _imports(tree)
+        name = module_name(path.resolve())[1]
+        modules[name] = rel
+        imports[rel] = _imports(tree, name)
         reason = runs_work(source)
         if reason is not None:
             skipped[rel] = reason
