@@ -29,7 +29,7 @@ from flashpoint.config import Settings
 from flashpoint.dev.app import EMPTY_INPUT, DevApp
 from flashpoint.dev.docs import docs_page
 from flashpoint.dev.layout import Changes, Layout, build_layout, changes
-from flashpoint.dev.server import DevServer, DevSession
+from flashpoint.dev.server import DevServer, DevSession, watched
 from flashpoint.errors import ConfigError
 from flashpoint.hosting.plane import bind_port
 from flashpoint.hosting.project import is_project_path, load_project, project_files
@@ -194,6 +194,14 @@ def test_project_files_and_the_watchers_filter_agree(project: Callable[[dict[str
                       ("env1/x.py", False), ("c.txt", False), ("test_a.py", False), (".a.py", False)]:  # fmt: skip
         assert is_project_path(root, root / rel) is kept, rel
     assert not is_project_path(root, root.parent / "elsewhere.py")
+
+
+def test_the_watcher_reloads_on_project_files_and_ignore_files(project: Callable[[dict[str, str]], Path]) -> None:
+    root = project({".gitignore": "scratch/\n", "a.py": "", "scratch/s.py": "", "notes.txt": ""})
+    for rel, reloads in [("a.py", True), ("new.py", True), ("scratch/s.py", False), ("notes.txt", False),
+                         (".gitignore", True), (".flashignore", True), ("sub/.gitignore", True), ("tests/t.py", False),
+                         (".env", False)]:  # fmt: skip
+        assert watched(root, str(root / rel)) is reloads, rel
 
 
 def test_calls_carry_what_runsync_needs(project: Callable[[dict[str, str]], Path]) -> None:

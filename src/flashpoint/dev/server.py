@@ -130,10 +130,7 @@ class DevSession:
         import watchfiles
 
         def project_source(change: watchfiles.Change, path: str) -> bool:
-            # a changed ignore file may add or drop project files
-            if Path(path).name in IGNORE_FILES:
-                return True
-            return path.endswith(".py") and is_project_path(self.root, Path(path))
+            return watched(self.root, path)
 
         logging.getLogger("watchfiles").setLevel(logging.WARNING)
         async for _ in watchfiles.awatch(self.root, watch_filter=project_source, stop_event=stop):
@@ -141,6 +138,14 @@ class DevSession:
                 await self.reload()
             except Exception:  # a bug in one reload must not end reloading
                 log.exception("reloading %s failed", self.root)
+
+
+def watched(root: Path, path: str) -> bool:
+    """Whether a change to ``path`` reloads the project: a project ``.py`` file, or an ignore file (``.gitignore``
+    at any depth, ``.flashignore``), whose change may add or drop project files."""
+    if Path(path).name in IGNORE_FILES:
+        return True
+    return path.endswith(".py") and is_project_path(root, Path(path))
 
 
 def _removed(name: str) -> Callable[[Any], None]:
