@@ -132,8 +132,8 @@ class MissingSecretsError(InvalidEndpointError):
             f"endpoint {endpoint!r} needs secrets that are not set: {listed}; "
             + (
                 hint
-                or "set each with `flashpoint secret set NAME` (the value is read from stdin or a prompt), or drop it "
-                "from the endpoint's env"
+                or "set each with `flashpoint secret set NAME` (the value is read from stdin or a prompt; add "
+                "`--data-dir DIR` while the server is not running), or drop it from the endpoint's env"
             )
         )
 

@@ -12,7 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from flashpoint.cli import app as cli_app
+from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.hosting.secretstore import SecretStore
 from tests.conftest import ROOT, SERVER_GPUS, start_serve_process, stop_process
 
@@ -82,3 +85,28 @@ def test_a_value_is_never_an_argument_and_never_empty(server: str, tmp_path: Pat
     bad = cli(server, "set", "../etc/passwd", stdin=VALUE)
     assert bad.returncode == 1 and "secret's name" in bad.stderr and VALUE not in bad.stderr
     assert store.list() == []
+
+
+def test_data_dir_acts_on_the_store_with_no_server(tmp_path: Path) -> None:
+    # Given no server at all: --data-dir is the store itself (a server that refused to start for a secret it lacks)
+    data = str(tmp_path / "data")
+    runner = CliRunner()
+    done = runner.invoke(cli_app, ["secret", "set", "HF_TOKEN", "--data-dir", data], input=VALUE + "\n")
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(cli_app, ["secret", "set", "HF_TOKEN", "--app", "shop", "--data-dir", data], input="s")
+    assert done.exit_code == 0, done.output
+    store = SecretStore(tmp_path / "data" / "secrets")
+    assert store.resolve("HF_TOKEN") == VALUE and store.resolve("HF_TOKEN", app="shop") == "s"
+    listed = runner.invoke(cli_app, ["secret", "list", "--json", "--data-dir", data])
+    assert [(s["name"], s["app"]) for s in json.loads(listed.output)] == [("HF_TOKEN", None), ("HF_TOKEN", "shop")]
+    assert VALUE not in listed.output
+    human = runner.invoke(cli_app, ["secret", "list", "--data-dir", data])
+    assert "HF_TOKEN  server-wide  created " in human.output and VALUE not in human.output
+    assert runner.invoke(cli_app, ["secret", "delete", "HF_TOKEN", "--data-dir", data]).exit_code == 0
+    gone = runner.invoke(cli_app, ["secret", "delete", "HF_TOKEN", "--data-dir", data])
+    assert isinstance(gone.exception, NotFoundError)
+    assert store.resolve("HF_TOKEN") is None and store.resolve("HF_TOKEN", app="shop") == "s"
+    empty = runner.invoke(cli_app, ["secret", "set", "X", "--data-dir", data], input="")
+    assert isinstance(empty.exception, BadInputError)
+    bad = runner.invoke(cli_app, ["secret", "set", "a/b", "--data-dir", data], input=VALUE)
+    assert isinstance(bad.exception, BadInputError) and store.resolve("X") is None

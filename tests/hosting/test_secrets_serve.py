@@ -107,4 +107,13 @@ def test_an_endpoint_naming_a_missing_secret_stops_serve_with_its_name(tmp_path:
     )
     assert ran.returncode != 0
     said = ran.stdout + ran.stderr
-    assert "api-token" in said and "flashpoint secret set" in said, said
+    assert "api-token" in said and "flashpoint secret set" in said and "--data-dir" in said, said
+    # what the message says to do, with no server running, lets the server start
+    data = str(tmp_path / "data")
+    set_it = subprocess.run(
+        [sys.executable, "-m", "flashpoint", "secret", "set", "api-token", "--data-dir", data],
+        input=VALUE, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert set_it.returncode == 0, set_it.stderr
+    proc, _ = start_serve_process(command(tmp_path, app), environment(tmp_path))
+    stop_process(proc)

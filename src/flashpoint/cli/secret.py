@@ -3,7 +3,9 @@
 at a terminal; never from an argument, where shell history and ``ps`` would show it.
 
 The server is ``--url``/``--key`` (``FLASHPOINT_URL``/``FLASHPOINT_API_KEY``), else the one ``flashpoint serve`` of
-this machine; with several, the command lists them and asks for ``--url`` instead of choosing.
+this machine; with several, the command lists them and asks for ``--url`` instead of choosing. ``--data-dir DIR``
+acts on a server's data directory itself, with no server running (a server that refused to start for a secret it
+lacks is the case): the same store, on this machine, as this user.
 
 Edge module: may import anything in flashpoint, plus typer and httpx (through ``cli.live``).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import datetime
 import getpass
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -20,7 +23,8 @@ import typer
 from flashpoint.cli.live import SERVER, URL, LivePlane, describe
 from flashpoint.cli.output import print_json
 from flashpoint.cli.target import KeyOption, UrlOption, required_planes, seg
-from flashpoint.errors import BadInputError, ConfigError
+from flashpoint.errors import BadInputError, ConfigError, NotFoundError
+from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.spec import secret_name_problem
 from flashpoint.terminal import inert
 
@@ -35,6 +39,33 @@ AppOption = Annotated[
     str | None, typer.Option("--app", "-a", help="The app the secret belongs to (default: server-wide).")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Act on this server data directory directly, with no server running (serve's --data-dir, by default "
+        "~/.flashpoint/server).",
+        show_default=False,
+    ),
+]
+
+
+class _Local:
+    """The store of a data directory, with the verbs the commands use (``--data-dir``)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.store = SecretStore(data_dir.expanduser() / "secrets")
+
+    def set(self, name: str, value: str, app: str | None) -> None:
+        self.store.set(name, value, app=app)
+
+    def list(self, app: str | None) -> list[dict[str, Any]]:
+        infos = self.store.list(app=app, every=app is None)
+        return [{"name": i.name, "app": i.app, "created": i.created, "updated": i.updated} for i in infos]
+
+    def delete(self, name: str, app: str | None) -> None:
+        if not self.store.delete(name, app=app):
+            raise NotFoundError(f"no secret {name!r}" + (f" of app {app!r}" if app else " (server-wide)"))
 
 
 def server(url: str | None, key: str | None) -> LivePlane:
@@ -73,25 +104,35 @@ def set_secret(
     app_name: AppOption = None,
     url: UrlOption = None,
     key: KeyOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Set secret NAME (for --app, or server-wide) to the value read from stdin, or from a hidden prompt."""
     problem = secret_name_problem(name)
     if problem is not None:  # before asking for a value that could not be kept
         raise BadInputError(problem)
-    plane = server(url, key)
-    value = read_value(name)
-    params = {"app": app_name} if app_name is not None else None
-    plane.request("PUT", f"/v1/secrets/{seg(name)}", params=params, body={"value": value})
+    if data_dir is not None:
+        _Local(data_dir).set(name, read_value(name), app_name)
+    else:
+        plane = server(url, key)  # found before the value is asked for
+        params = {"app": app_name} if app_name is not None else None
+        plane.request("PUT", f"/v1/secrets/{seg(name)}", params=params, body={"value": read_value(name)})
     print(inert(f"secret {name} set" + (f" for app {app_name}" if app_name else " (server-wide)")))
 
 
 @app.command("list")
 def list_secrets(
-    app_name: AppOption = None, url: UrlOption = None, key: KeyOption = None, json_output: JsonOption = False
+    app_name: AppOption = None,
+    url: UrlOption = None,
+    key: KeyOption = None,
+    data_dir: DataDirOption = None,
+    json_output: JsonOption = False,
 ) -> None:
     """List the secrets: names, apps and dates (never values); --app: the server-wide ones and that app's."""
     params = {"app": app_name} if app_name is not None else None
-    secrets = server(url, key).request("GET", "/v1/secrets", params=params)["secrets"]
+    if data_dir is not None:
+        secrets = _Local(data_dir).list(app_name)
+    else:
+        secrets = server(url, key).request("GET", "/v1/secrets", params=params)["secrets"]
     if json_output:
         print_json(secrets)
         return
@@ -105,8 +146,17 @@ def list_secrets(
 
 
 @app.command("delete")
-def delete_secret(name: NameArgument, app_name: AppOption = None, url: UrlOption = None, key: KeyOption = None) -> None:
+def delete_secret(
+    name: NameArgument,
+    app_name: AppOption = None,
+    url: UrlOption = None,
+    key: KeyOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
     """Delete secret NAME (of --app, or the server-wide one)."""
     params = {"app": app_name} if app_name is not None else None
-    server(url, key).request("DELETE", f"/v1/secrets/{seg(name)}", params=params)
+    if data_dir is not None:
+        _Local(data_dir).delete(name, app_name)
+    else:
+        server(url, key).request("DELETE", f"/v1/secrets/{seg(name)}", params=params)
     print(inert(f"secret {name} deleted"))
