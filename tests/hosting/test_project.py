@@ -21,6 +21,7 @@ from flashpoint.hosting.project import (
     is_project_path,
     load_project,
     project_files,
+    project_tree,
     runs_work,
 )
 from flashpoint.hosting.server import load_target
@@ -167,6 +168,22 @@ def test_unreadable_patterns_are_left_out_and_named(tmp_path: Path, caplog: pyte
     assert rels(tmp_path) == ["a.py"]
     (warning,) = caplog.records
     assert "3 unreadable pattern(s)" in warning.getMessage() and "'[z-a]'" in warning.getMessage()
+
+
+def test_the_tree_deploy_packs_keeps_every_kept_file_and_no_secret(tmp_path: Path) -> None:
+    root = write(tmp_path / "proj", {
+        ".gitignore": "*.ckpt\n", ".flashignore": "data/raw/\n",
+        "app.py": "", "requirements.txt": "torch\n", "models/config.json": "{}", "models/w.ckpt": "x",
+        "data/raw/big.bin": "x", "data/small.csv": "a", ".env": "SECRET=1", "sub/.env": "SECRET=2",
+        ".git/config": "", "__pycache__/a.pyc": "", ".python-version": "3.11",
+    })  # fmt: skip
+    outside = write(tmp_path / "home", {"id_rsa": "PRIVATE"}) / "id_rsa"
+    (root / "key").symlink_to(outside)
+    (root / "alias.txt").symlink_to(root / "requirements.txt")
+    (root / "linked_dir").symlink_to(tmp_path / "home", target_is_directory=True)
+    packed = [p.relative_to(root.resolve()).as_posix() for p in project_tree(root)]
+    assert packed == [".flashignore", ".gitignore", ".python-version", "alias.txt", "app.py", "data/small.csv",
+                      "models/config.json", "requirements.txt"]  # fmt: skip
 
 
 def test_a_folder_named_like_an_ignore_file_is_no_rules(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "is_project_path",
     "load_project",
     "project_files",
+    "project_tree",
     "runs_work",
     "same_endpoint",
     "target_of",
@@ -164,6 +165,20 @@ def project_files(root: Path) -> list[Path]:
     ``conftest.py``), hidden files, files its ``.gitignore``/``.flashignore`` rules leave out, nor anything in a
     skipped folder (``SKIPPED_DIRS``, hidden folders, ``*.egg-info``, virtual environments, ignored folders)."""
     found = [root / folder / name for folder, name in _walk(root) if not _skipped_file(name)]
+    return sorted(found, key=lambda path: path.relative_to(root).as_posix())
+
+
+def project_tree(root: Path) -> list[Path]:
+    """Every file of the project, in path order, as ``deploy`` will pack it: what the ignore rules and Flash's
+    folder defaults (``SKIPPED_DIRS``, hidden folders such as ``.git``, ``*.egg-info``, virtual environments) keep;
+    never ``.env``, nor a link that leads outside the folder (it could name any file of this user's)."""
+    root = root.resolve()
+    found: list[Path] = []
+    for folder, name in _walk(root):
+        path = root / folder / name
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            continue
+        found.append(path)
     return sorted(found, key=lambda path: path.relative_to(root).as_posix())
 
 
