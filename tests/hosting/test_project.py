@@ -168,6 +168,9 @@ def test_unreadable_patterns_are_left_out_and_named(tmp_path: Path, caplog: pyte
     assert rels(tmp_path) == ["a.py"]
     (warning,) = caplog.records
     assert "3 unreadable pattern(s)" in warning.getMessage() and "'[z-a]'" in warning.getMessage()
+    # read again (a reload, a change the watcher filters): said once
+    assert not is_project_path(tmp_path, tmp_path / "x.log") and rels(tmp_path) == ["a.py"]
+    assert len(caplog.records) == 1
 
 
 def test_the_tree_deploy_packs_keeps_every_kept_file_and_no_secret(tmp_path: Path) -> None:

@@ -109,6 +109,10 @@ class Ignore:
         return False
 
 
+#: the unreadable patterns already warned about, by folder
+_WARNED: set[tuple[Path, tuple[str, ...]]] = set()
+
+
 def _valid(lines: list[str], folder: Path) -> list[str]:
     """The lines that are patterns git can read: git ignores one it cannot (a lone ``!``, a trailing backslash, a
     reversed range), and so does the loader, with a warning naming them."""
@@ -121,7 +125,8 @@ def _valid(lines: list[str], folder: Path) -> list[str]:
             bad.append(line)
         else:
             kept.append(line)
-    if bad:
+    if bad and (folder, tuple(bad)) not in _WARNED:
+        _WARNED.add((folder, tuple(bad)))  # the rules are read again on each reload and change: say it once
         log.warning("ignoring %d unreadable pattern(s) in the ignore files of %s: %s", len(bad), folder,
                     ", ".join(repr(line) for line in bad[:5]))  # fmt: skip
     return kept
