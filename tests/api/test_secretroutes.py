@@ -15,6 +15,7 @@ from flashpoint.api import errors
 from flashpoint.api.secretroutes import router
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.credentials import caller_credential
+from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.wire.bodylimit import BodyLimit
 from tests.scheduler.door import open_door
 
@@ -23,21 +24,26 @@ VALUE = "v4lue-never-shown-0123"
 
 
 @pytest_asyncio.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, SecretStore]]:
+async def plane() -> AsyncIterator[ControlPlane]:
+    door = await open_door()
+    yield door.plane
+    await door.plane.close()
+
+
+@pytest_asyncio.fixture
+async def served(tmp_path: Path, plane: ControlPlane) -> AsyncIterator[tuple[httpx.AsyncClient, SecretStore]]:
     store = SecretStore(tmp_path / "secrets")
     app = FastAPI()
     errors.install(app)
     app.include_router(router, prefix="/v1")
     app.state.secrets = store
     app.state.api_keys = (KEY,)
-    door = await open_door()
-    app.state.plane = door.plane  # the key check reads worker caller keys through it
+    app.state.plane = plane  # the key check reads worker caller keys through it
     app.add_middleware(BodyLimit, max_bytes=1024 * 1024)
     transport = httpx.ASGITransport(app=app)
     headers = {"Authorization": f"Bearer {KEY}"}
     async with httpx.AsyncClient(transport=transport, base_url="http://server", headers=headers) as client:
         yield client, store
-    await door.plane.close()
 
 
 async def test_set_list_delete_never_answer_a_value(served: tuple[httpx.AsyncClient, SecretStore]) -> None:
@@ -74,10 +80,11 @@ async def test_the_key_is_needed_for_every_verb(
     assert store.resolve("a") == VALUE and store.resolve("b") is None
 
 
-async def test_a_workers_caller_key_is_refused(served: tuple[httpx.AsyncClient, SecretStore]) -> None:
+async def test_a_workers_caller_key_is_refused(
+    served: tuple[httpx.AsyncClient, SecretStore], plane: ControlPlane
+) -> None:
     client, store = served
     store.set("a", VALUE)
-    plane = client._transport.app.state.plane  # type: ignore[attr-defined]
     caller = caller_credential(plane.worker_credential("ep", "ep-w1"), "ep", "ep-w1")
     for method, path in (("GET", "/v1/secrets"), ("PUT", "/v1/secrets/b"), ("DELETE", "/v1/secrets/a")):
         answer = await client.request(method, path, json={"value": "x"}, headers={"Authorization": f"Bearer {caller}"})

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,21 @@ def test_a_file_not_ours_is_refused_without_quoting_it(store: SecretStore, text:
     with pytest.raises(ConfigError):
         store.set("a", "new")
     assert store.path.read_bytes() == text  # never rewritten
+
+
+def test_two_processes_writing_at_once_lose_no_change(tmp_path: Path) -> None:
+    # two real processes set 40 names each into one folder at the same time: the lock keeps every change
+    root = tmp_path / "secrets"
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from flashpoint.hosting.secretstore import SecretStore\n"
+        "store = SecretStore(Path(sys.argv[1]))\n"
+        "for n in range(40):\n"
+        "    store.set(f'{sys.argv[2]}{n}', 'v' * n + 'x')\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(root), prefix]) for prefix in ("a", "b")]
+    assert [proc.wait(60) for proc in procs] == [0, 0]
+    store = SecretStore(root)
+    assert {info.name for info in store.list()} == {f"{p}{n}" for p in "ab" for n in range(40)}
+    assert store.resolve("b39") == "v" * 39 + "x"
