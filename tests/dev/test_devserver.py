@@ -401,6 +401,27 @@ APP = {
 }
 
 
+SECRET_FN = (
+    '\n@Endpoint(name="keyed", gpu=GpuGroup.ANY, env={"TOKEN": "{{ RUNPOD_SECRET_tok }}"})\n'
+    "async def keyed(x: int):\n    return x\n"
+)
+
+
+async def test_an_endpoint_naming_a_secret_is_not_served_by_dev_and_the_rest_is(
+    dev: Callable[..., Awaitable[Rig]],
+) -> None:
+    # dev keeps no secrets: the endpoint is named with its secret, the reload goes on, and the other file serves
+    rig = await dev({"a.py": HEAD + gpu_fn("plain"), "b.py": HEAD + SECRET_FN})
+
+    assert "plain" in rig.door.plane.endpoints and "keyed" not in rig.door.plane.endpoints
+    (line,) = [said for said in rig.said if "keyed" in said]
+    assert "not served" in line and "tok" in line and "flashpoint serve" in line
+
+    rig.reload({"b.py": HEAD + SECRET_FN + gpu_fn("later")})  # a later reload is applied past it, too
+
+    assert "later" in rig.door.plane.endpoints and "keyed" not in rig.door.plane.endpoints
+
+
 async def test_root_ping_and_a_docs_page_that_loads_nothing(dev: Callable[..., Awaitable[Rig]]) -> None:
     rig = await dev(APP)
     root, ping, docs = [await rig.client.get(path) for path in ("/", "/ping", "/docs")]

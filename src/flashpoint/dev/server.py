@@ -30,7 +30,7 @@ from flashpoint.hosting.plane import PlaneRole, app_simulated, bind_port, build_
 from flashpoint.hosting.project import IGNORE_FILES, Project, is_project_path, load_project
 from flashpoint.hosting.server import input_checkers
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.spec import WorkerTarget
+from flashpoint.spec import MissingSecretsError, WorkerTarget
 
 log = logging.getLogger("flashpoint.dev")
 
@@ -95,13 +95,18 @@ class DevSession:
                 self.plane.purge(name)
             # kept registered (the plane has no unregister) with no warm workers, so none starts again
             self.plane.redeclare(dataclasses.replace(spec, workers_min=0), self.layout.targets[name])
+        refused: list[str] = []
         for name in (*diff.added, *diff.replaced):
             handle = layout.endpoints[name]
             spec, target = spec_of(handle), layout.targets[name]
             known = self.plane.endpoints.get(name)
             if known is not None and spec.serves_routes and not known.spec.serves_routes:
                 self.plane.purge(name)  # its queued jobs could never run on route workers
-            retired += self.plane.redeclare(spec, target, self._code_file(target))
+            try:
+                retired += self.plane.redeclare(spec, target, self._code_file(target))
+            except MissingSecretsError as exc:  # the plane keeps no secrets here: this endpoint alone is not served
+                fate = "its last good version is served" if known is not None else "not served"
+                refused.append(f"flashpoint dev: {name} ({fate}): {exc}")
         removed = {name: _removed(name) for name in self.plane.endpoints if name not in layout.endpoints}
         self.app.intake.checkers.clear()
         self.app.intake.checkers.update({**removed, **input_checkers(layout.endpoints)})
@@ -116,6 +121,8 @@ class DevSession:
             self.say(f"flashpoint dev: {rel} failed to load ({kept}): {error}")
         for problem in layout.problems:
             self.say(f"flashpoint dev: {problem}")
+        for line in refused:
+            self.say(line)
         if not first:
             self.say(f"flashpoint dev: reloaded: {_summary(diff, retired)}")
         return diff
