@@ -29,7 +29,6 @@ COVERED_BY = {
     "flashpoint.api.schemas": "api/test_native.py",
     "flashpoint.api.webhooks": "api/test_webhooks_guard.py",
     "flashpoint.api.workers": "api/test_worker_routes.py",
-    "flashpoint.backends.base": "scheduler/test_engine_jobs.py",
     "flashpoint.backends.local": "ray/test_rayship.py",
     "flashpoint.backends.process": "e2e/test_lifecycle.py",
     "flashpoint.backends.ray": "ray/test_local_ray.py",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from flashpoint.fleet.inventory import Device, Fleet, Node
@@ -31,7 +31,8 @@ class Launch:
     worker_id: str
     endpoint: str
     argv: Sequence[str]
-    env: Mapping[str, str]
+    #: kept out of the repr: it holds the worker's credentials and the values of the secrets it names
+    env: Mapping[str, str] = field(repr=False)
     devices: tuple[Device, ...]
     cwd: str | None = None
     #: the node placement chose (a CPU worker's; a GPU worker's is its devices')
