@@ -12,6 +12,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from flashpoint.api import schemas
 from flashpoint.api.deps import require_api_key
 from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.wire.codec import loads_bounded
@@ -28,7 +29,15 @@ class Secrets(Protocol):
     def list(self, *, app: str | None = None, every: bool = True) -> Sequence[Any]: ...
 
 
-router = APIRouter(tags=["secrets"], dependencies=[Depends(require_api_key)])
+#: every answer but success is a JSON error body (``api/errors.py``)
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": schemas.ErrorBody, "description": "a bad name, app or body (code `bad_input`)"},
+    401: {"model": schemas.ErrorBody, "description": "missing or wrong API key (code `unauthorized`)"},
+    403: {"model": schemas.ErrorBody, "description": "a key that may not manage secrets (code `forbidden`)"},
+    404: {"model": schemas.ErrorBody, "description": "no such secret (code `not_found`)"},
+    413: {"model": schemas.ErrorBody, "description": "a body over the limit (code `payload_too_large`)"},
+}
+router = APIRouter(tags=["secrets"], dependencies=[Depends(require_api_key)], responses=_ERRORS)
 
 AppQuery = Annotated[str | None, Query(description="The app the secret belongs to (none: server-wide).")]
 
