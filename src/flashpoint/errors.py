@@ -7,6 +7,8 @@
     ├─ NotFoundError             unknown job, endpoint or worker id
     ├─ InvalidTransitionError    a job status move that TRANSITIONS forbids
     ├─ BadInputError             an HTTP request the API cannot accept (its ``code`` says which check failed)
+    ├─ ConflictError             a name taken, a rollout still running, a bare name several apps serve (409)
+    ├─ ForbiddenError            a key whose scope does not allow the operation (403, naming the scope needed)
     ├─ QueueFullError            the plane holds as many queued jobs (or bytes of input) as it may: retry later
     ├─ UnsatisfiableError        a waiting call to an endpoint no device of a fleet that cannot change could ever run
     ├─ JobFailedError            raised by ``await fn(...)``/``job.wait()``; remote type, message, traceback
@@ -135,6 +137,19 @@ class BadInputError(Error):
         super().__init__(message)
         if code is not None:
             self.code = code  # type: ignore[misc]
+
+
+class ConflictError(Error):
+    """A request that clashes with what exists: a name taken, a rollout still running, a bare endpoint name that
+    several apps serve (the answer names what to use instead)."""
+
+    code = "conflict"
+
+
+class ForbiddenError(Error):
+    """A key whose scope does not allow the operation on a resource it may see; the message names the scope needed."""
+
+    code = "forbidden"
 
 
 class QueueFullError(Error):

@@ -21,6 +21,8 @@ STATUS: dict[type[errors.Error], int] = {
     errors.BadInputError: 400,
     errors.QueueFullError: 429,
     errors.UnsatisfiableError: 409,
+    errors.ConflictError: 409,
+    errors.ForbiddenError: 403,
     errors.InvalidTransitionError: 409,
     errors.InvalidEndpointError: 400,
     errors.ConfigError: 400,
