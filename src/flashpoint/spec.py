@@ -61,6 +61,29 @@ class ServerlessScalerType(str, Enum):
         return self.value
 
 
+#: an app's or a deployment environment's name: letters, digits, ``_`` and ``-``, no dots (an endpoint id joins them
+#: with dots, so it splits back one way only)
+APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
+#: Flash's default environment (``flash deploy`` without ``--env``)
+DEFAULT_ENV = "production"
+
+
+def endpoint_id(app: str, env: str, name: str) -> str:
+    """The stable id of endpoint ``name`` in environment ``env`` of ``app``: ``app.env.name``, URL-safe, unique on a
+    server (app and environment names hold no dots), the same for every version of it. Runpod's ``/v2/{id}/...``
+    and a route endpoint's ``/{id}/...`` prefix take it."""
+    return f"{app}.{env}.{name}"
+
+
+def split_endpoint_id(text: str) -> tuple[str, str, str] | None:
+    """``(app, env, name)`` of an endpoint id, or None when ``text`` is not one (a bare name)."""
+    app, _, rest = text.partition(".")
+    env, _, name = rest.partition(".")
+    if not name or not APP_NAME.fullmatch(app) or not APP_NAME.fullmatch(env):
+        return None
+    return app, env, name
+
+
 #: HTTP methods a route endpoint serves (Flash's ``get/post/put/delete/patch``)
 ROUTE_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 #: paths a route endpoint may not declare (Flash reserves them: a worker's health check and its job route)
@@ -259,6 +282,16 @@ class EndpointSpec:
     cloud_only: tuple[str, ...] = ()
     #: an HTTP-route endpoint's routes, in declaration order (empty for a queue endpoint)
     routes: tuple[RouteSpec, ...] = ()
+    #: the app and deployment environment a server deployed it to (None: not deployed: a script's, dev's)
+    app: str | None = None
+    app_env: str | None = None
+
+    @property
+    def key(self) -> str:
+        """How its plane knows it: its endpoint id when deployed (``endpoint_id``), else its name."""
+        if self.app is None or self.app_env is None:
+            return self.name
+        return endpoint_id(self.app, self.app_env, self.name)
 
     @property
     def uses_gpu(self) -> bool:

@@ -178,7 +178,7 @@ class RouteProxy:
 
     def _observe(self, ep: EndpointState, scope: Scope, status: int, seconds: float) -> None:
         assert self.metrics is not None
-        name = ep.spec.name
+        name = ep.spec.key
         known = self._matchers.get(name)
         if known is None or known[0] is not ep.spec.routes:
             known = self._matchers[name] = (ep.spec.routes, route_matcher(ep.spec.routes))
@@ -231,7 +231,7 @@ class RouteProxy:
         client = scope.get("client")
         forwarded.append(
             b"x-forwarded-for: %s\r\nx-forwarded-proto: %s\r\nx-forwarded-prefix: /%s\r\n"
-            % ((client[0] if client else "").encode(), scope.get("scheme", "http").encode(), ep.spec.name.encode())
+            % ((client[0] if client else "").encode(), scope.get("scheme", "http").encode(), ep.spec.key.encode())
         )
         if host is not None:
             forwarded.append(b"x-forwarded-host: %s\r\n" % host)
@@ -271,7 +271,7 @@ class RouteProxy:
         """No worker is ready: wait for one (scale from zero) unless the endpoint can never run (its explanation at
         once); a client that hangs up meanwhile stops waiting."""
         if ep.never is not None:
-            return self.plane.explain_endpoint(ep.spec.name)
+            return self.plane.explain_endpoint(ep.spec.key)
         held = asyncio.ensure_future(self.plane.hold_route_worker(ep, self.wait_s))
         gone = asyncio.ensure_future(_until_disconnect(receive))
         try:
@@ -286,10 +286,10 @@ class RouteProxy:
 
     def _no_worker(self, ep: EndpointState, explanation: Explanation) -> tuple[int, bytes]:
         if explanation.never:
-            message = f"endpoint {ep.spec.name!r} {explanation.summary}"
+            message = f"endpoint {ep.spec.key!r} {explanation.summary}"
         else:
             message = (
-                f"no worker of endpoint {ep.spec.name!r} was ready within {self.wait_s:g}s ({explanation.summary}); "
+                f"no worker of endpoint {ep.spec.key!r} was ready within {self.wait_s:g}s ({explanation.summary}); "
                 "retry later, or see `flashpoint explain`"
             )
         return _error("no_worker", message, 503, explanation=explanation.to_json())
@@ -343,13 +343,13 @@ class RouteProxy:
                 exchange.release()
             return status
         except WorkerTimeout:
-            what = f"worker {worker.id} of {ep.spec.name!r} did not answer within {self._read_timeout(ep):g}s"
+            what = f"worker {worker.id} of {ep.spec.key!r} did not answer within {self._read_timeout(ep):g}s"
             return await self._failed(send, started, "worker_timeout", what, 504)
         except BadAnswer as exc:
-            what = f"worker {worker.id} of {ep.spec.name!r} at {address} sent a bad answer ({exc})"
+            what = f"worker {worker.id} of {ep.spec.key!r} at {address} sent a bad answer ({exc})"
             return await self._failed(send, started, "bad_worker_answer", what, 502)
         except WorkerLost as exc:
-            what = f"worker {worker.id} of {ep.spec.name!r} at {address} was lost mid-request ({exc})"
+            what = f"worker {worker.id} of {ep.spec.key!r} at {address} was lost mid-request ({exc})"
             return await self._failed(send, started, "worker_lost", what, 502)
 
     async def _stream_watching(self, exchange: Exchange, receive: Receive, send: Send) -> None:

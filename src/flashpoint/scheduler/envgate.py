@@ -126,7 +126,7 @@ def check_system(spec: EndpointSpec) -> tuple[str, ...]:
 
     missing = tuple(missing_system_dependencies(spec.system_dependencies))
     if missing:
-        log.warning("endpoint %s: %s", spec.name, system_note(missing)[0])
+        log.warning("endpoint %s: %s", spec.key, system_note(missing)[0])
     return missing
 
 
@@ -178,7 +178,7 @@ class EnvironmentGate:
             return None
         if self.source.failure(status.key) is not None:
             return status.error
-        log.info("the failed environment of %s was forgotten: building it again", ep.spec.name)
+        log.info("the failed environment of %s was forgotten: building it again", ep.spec.key)
         self._begin(ep, retry=True)
         return None
 
@@ -208,7 +208,7 @@ class EnvironmentGate:
             self.on_failed(ep, str(exc))
             return
         status = ep.environment = EnvStatus(key, BUILDING, now)
-        log.info("building the environment of %s (%s): %s", ep.spec.name, key, ", ".join(requirements))
+        log.info("building the environment of %s (%s): %s", ep.spec.key, key, ", ".join(requirements))
         task = asyncio.get_running_loop().create_task(self._build(ep, status, retry))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -216,7 +216,7 @@ class EnvironmentGate:
     async def _build(self, ep: EndpointState, status: EnvStatus, retry: bool) -> None:
         from flashpoint.environments import BuildInterrupted, Interrupt
 
-        name = ep.spec.name
+        name = ep.spec.key
 
         def line(text: str) -> None:  # in the building thread
             status.last_line = text[-300:]

@@ -93,7 +93,7 @@ class JobBook:
         spec = ep.spec
         job = Job(
             id=f"{secrets.token_hex(12)}-fp",
-            endpoint=spec.name,
+            endpoint=spec.key,
             input=payload,
             extra=dict(extra or {}),
             created_at=self.clock.time(),

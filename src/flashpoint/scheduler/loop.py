@@ -455,7 +455,7 @@ class ControlPlane:
             self.supervision.watch(ep, now, wall)
             for worker in planner.idle_stops(ep, now):
                 log.info(
-                    "worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.name, now - worker.idle_since
+                    "worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.key, now - worker.idle_since
                 )
                 self.supervision.stop(worker)
         self.reconcile()
@@ -495,7 +495,7 @@ class ControlPlane:
         else:
             missing, hint = missing_secrets(spec.env, self._secrets), ""
         if missing:
-            raise MissingSecretsError(spec.name, missing, hint=hint)
+            raise MissingSecretsError(spec.key, missing, hint=hint)
 
     async def take(
         self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None

@@ -95,7 +95,7 @@ def serving_order(endpoints: Iterable[EndpointState], oldest: Mapping[str, float
     """Oldest waiter first (by its oldest queued job); endpoints with nothing queued last, by registration."""
 
     def key(ep: EndpointState) -> tuple[int, float]:
-        queued_at = oldest.get(ep.spec.name)
+        queued_at = oldest.get(ep.spec.key)
         return (0, queued_at) if ep.queued and queued_at is not None else (1, ep.registered_at)
 
     return sorted(endpoints, key=key)
@@ -143,7 +143,7 @@ def plan(
     waiting: dict[str, tuple[WaitReason, ...]] = {}
     try:
         for ep in serving_order(endpoints.values(), oldest):
-            waiting[ep.spec.name] = _plan_endpoint(ep, p)
+            waiting[ep.spec.key] = _plan_endpoint(ep, p)
         if wanted:
             _yield_elsewhere(endpoints, wanted, p)
     finally:
@@ -194,7 +194,7 @@ def _yield_elsewhere(
 
 def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
     spec = ep.spec
-    name, asks = spec.name, spec.describe_gpu()
+    name, asks = spec.key, spec.describe_gpu()
     waiting: list[WaitReason] = []
     want = desired(ep, p.live_of[name], p.wall, p.oldest.get(name))
     live = p.live[name]

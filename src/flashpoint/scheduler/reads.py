@@ -39,7 +39,7 @@ class PlaneReads:
     def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
         """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match, a
         volume's directory, Runpod cloud settings recorded and not applied)."""
-        ep = self._state.endpoints.get(spec.name)
+        ep = self._state.endpoints.get(spec.key)
         lacking = system_note(ep.system_missing) if ep is not None and ep.system_missing else ()
         return endpoint_notes(spec, self._state.index) + host_option_notes(spec) + lacking
 
@@ -53,7 +53,7 @@ class PlaneReads:
         job = self._state.book.get(job_id)
         ep = self._state.endpoint(job.endpoint)
         position = self._state.book.position(ep, job) if job.status is JobStatus.IN_QUEUE else None
-        waiting = self._plan().waiting.get(ep.spec.name, ())
+        waiting = self._plan().waiting.get(ep.spec.key, ())
         fleet = self.fleet_summary(ep.spec)
         return views.explain(ep, job, waiting, position=position, fleet=fleet, notes=self.notes(ep.spec))
 
@@ -79,7 +79,7 @@ class PlaneReads:
                 views.explain(
                     ep,
                     None,
-                    waiting.get(ep.spec.name, ()),
+                    waiting.get(ep.spec.key, ()),
                     position=None,
                     fleet=self.fleet_summary(ep.spec),
                     notes=self.notes(ep.spec),

@@ -53,7 +53,7 @@ class EndpointRegistry:
 
     def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
         """Add an endpoint; ``code_file`` holds its pickled code when ``target`` names no import path or command."""
-        existing = self._state.endpoints.get(spec.name)
+        existing = self._state.endpoints.get(spec.key)
         if existing is not None:
             # the functions and classes of one name differ in kind and methods only (spec.options_of); a route
             # endpoint's routes may grow as they are declared: the workers started from then on serve them all
@@ -61,26 +61,26 @@ class EndpointRegistry:
                 existing.spec = spec
             elif options_of(existing.spec) != options_of(spec):
                 raise InvalidEndpointError(
-                    f"endpoint {spec.name!r} is already registered with other options; declare every function or "
+                    f"endpoint {spec.key!r} is already registered with other options; declare every function or "
                     "class of one endpoint with the same options, or give each endpoint its own name"
                 )
             if target != existing.target:
                 # more functions joined a shared name: the workers started from now on load them all
                 existing.target = target
                 if code_file is not None:
-                    self._code_files[spec.name] = code_file
+                    self._code_files[spec.key] = code_file
             return
         if code_file is not None:
-            self._code_files.setdefault(spec.name, code_file)
+            self._code_files.setdefault(spec.key, code_file)
         ep = EndpointState(spec, target, registered_at=self._state.clock.time())
         ep.never = self._judge(ep)
         if ep.never is not None:
             log.warning(self._never_message(spec, ep.never))
         if self._envs is not None:  # its workers run on this machine: say once what they will lack
             ep.system_missing = check_system(spec)
-        self._state.endpoints[spec.name] = ep
+        self._state.endpoints[spec.key] = ep
         if spec.serves_routes:
-            self._state.routed[spec.name] = ep
+            self._state.routed[spec.key] = ep
         self._kick()
 
     def _never_message(self, spec: EndpointSpec, nofit: NoFit) -> str:
@@ -90,7 +90,7 @@ class EndpointRegistry:
         """The endpoint's "can never run" verdict on this fleet; its candidates only a departed node could hold wait
         for that node (``node_away``) instead."""
         never, away = departed.judge(ep.spec, self._state.index, self.departed)
-        self.away[ep.spec.name] = away
+        self.away[ep.spec.key] = away
         return never
 
     def redeclare(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> int:
@@ -101,7 +101,7 @@ class EndpointRegistry:
 
         A queue endpoint that now serves routes keeps queued jobs no route worker takes: purge them first.
         """
-        ep = self._state.endpoints.get(spec.name)
+        ep = self._state.endpoints.get(spec.key)
         if ep is None:
             self.register(spec, target, code_file)
             return 0
@@ -109,13 +109,13 @@ class EndpointRegistry:
             self._envs.forget(ep)
         ep.spec, ep.target = spec, target
         if code_file is not None:
-            self._code_files[spec.name] = code_file
+            self._code_files[spec.key] = code_file
         else:
-            self._code_files.pop(spec.name, None)
+            self._code_files.pop(spec.key, None)
         if spec.serves_routes:
-            self._state.routed[spec.name] = ep
+            self._state.routed[spec.key] = ep
         else:
-            self._state.routed.pop(spec.name, None)
+            self._state.routed.pop(spec.key, None)
         ep.never = self._judge(ep)
         if ep.never is not None:
             log.warning(self._never_message(spec, ep.never))
@@ -143,12 +143,12 @@ class EndpointRegistry:
         """The fleet moved: every endpoint's "can never run" verdict is made again, so a request waiting for a model
         (or a node large enough, in its datacenter) runs once one joins; what waits for a departed node says so."""
         for ep in self._state.endpoints.values():
-            waited = bool(self.away.get(ep.spec.name))
+            waited = bool(self.away.get(ep.spec.key))
             never = self._judge(ep)
             if never is None and ep.never is not None:
-                log.info("endpoint %r can run now: the fleet has %s", ep.spec.name, self._fleet_summary(None))
+                log.info("endpoint %r can run now: the fleet has %s", ep.spec.key, self._fleet_summary(None))
             elif never is not None and ep.never is None:
                 log.warning(self._never_message(ep.spec, never))
-            for r in self.away[ep.spec.name].values() if not waited else ():
-                log.warning("endpoint %r: %s waits for its node to return: %s", ep.spec.name, r.candidate, r.detail)
+            for r in self.away[ep.spec.key].values() if not waited else ():
+                log.warning("endpoint %r: %s waits for its node to return: %s", ep.spec.key, r.candidate, r.detail)
             ep.never = never

@@ -153,7 +153,7 @@ class RouteServing:
 
         def give_up() -> None:
             if not future.done():
-                future.set_result(self._explain(ep.spec.name))
+                future.set_result(self._explain(ep.spec.key))
                 ep.queued -= 1  # its entry stays in ``held`` (done), dropped when it reaches the front
 
         timer = loop.call_later(timeout_s, give_up)
@@ -216,7 +216,7 @@ class RouteServing:
         the plane is closing: waiting will not help)."""
         if not ep.queued:
             return
-        explanation = self._explain(ep.spec.name)  # while they still count: it says what they waited for
+        explanation = self._explain(ep.spec.key)  # while they still count: it says what they waited for
         held = ep.held
         while held:
             future = held.popleft()[1]

@@ -124,7 +124,7 @@ class Supervisor:
         cpu = worker.cpu
         return Launch(
             worker.id,
-            ep.spec.name,
+            ep.spec.key,
             self.argv(ep),
             self.env(ep, worker),
             worker.devices,
@@ -157,13 +157,13 @@ class Supervisor:
         mode = ["--routes"] if ep.spec.serves_routes else []
         if target.import_path is not None:
             return [python, "-m", "flashpoint.worker", *mode, "--import", target.import_path]
-        path = self.code_files.get(ep.spec.name)
+        path = self.code_files.get(ep.spec.key)
         if path is None:
-            raise BackendError(f"endpoint {ep.spec.name!r} has no code file; register it with a target")
+            raise BackendError(f"endpoint {ep.spec.key!r} has no code file; register it with a target")
         return [python, "-m", "flashpoint.worker", *mode, "--pickle", path]
 
     def env(self, ep: EndpointState, worker: Worker) -> dict[str, str]:
-        name = ep.spec.name
+        name = ep.spec.key
         model = worker.placement().gpu_model
         env = dict(self.worker_env)
         for variable in PLANE_CREDENTIALS:  # the server's own keys never reach the code it runs
@@ -340,8 +340,8 @@ class WorkerSupervision:
         cpu = fit.slot if isinstance(fit, CpuFit) else None
         now = self._state.clock.monotonic()
         worker = Worker(
-            id=f"{ep.spec.name}-w{ep.worker_seq + 1}-{secrets.token_hex(3)}",
-            endpoint=ep.spec.name,
+            id=f"{ep.spec.key}-w{ep.worker_seq + 1}-{secrets.token_hex(3)}",
+            endpoint=ep.spec.key,
             devices=devices,
             node=fit.node,
             cpu=cpu,
@@ -362,14 +362,14 @@ class WorkerSupervision:
         self._state.workers[worker.id] = worker
         ep.workers[worker.id] = worker
         if devices:
-            self._state.index.hold(devices, Holder(worker.id, ep.spec.name))
+            self._state.index.hold(devices, Holder(worker.id, ep.spec.key))
         if cpu is not None:
-            self._state.index.nodes.reserve(cpu, Holder(worker.id, ep.spec.name))
+            self._state.index.nodes.reserve(cpu, Holder(worker.id, ep.spec.key))
         if isinstance(fit, CpuFit):
             where = f"{fit.node}: {fit.request.name} (cores {', '.join(map(str, fit.slot.cores))})"
         else:
             where = f"{worker.placement().gpu_model} {list(worker.placement().device_ids)}"
-        log.info("starting worker %s for %s on %s", worker.id, ep.spec.name, where)
+        log.info("starting worker %s for %s on %s", worker.id, ep.spec.key, where)
         self.supervisor.start(worker, launch)
 
     def stop(self, worker: Worker, grace_s: float | None = None) -> None:
@@ -556,7 +556,7 @@ class WorkerSupervision:
         log.error(
             "worker %s of %s failed (code %s) before it was ready (attempt %d of %d):\n%s",
             worker.id,
-            ep.spec.name,
+            ep.spec.key,
             code,
             ep.start_failures,
             MAX_START_ATTEMPTS,
@@ -570,7 +570,7 @@ class WorkerSupervision:
         elif ep.start_failures >= MAX_START_ATTEMPTS:
             error = JobError(
                 "WorkerStartFailed",
-                f"no worker of {ep.spec.name!r} could start "
+                f"no worker of {ep.spec.key!r} could start "
                 f"({ep.start_failures} attempts); last error:\n{ep.last_start_error}",
             )
             self._state.fail_queued(ep, Reason.WORKER_START_FAILED, error)
@@ -585,7 +585,7 @@ class WorkerSupervision:
         log.warning(
             "worker %s of %s ended before taking a job (%s); starting another in %.1fs (not counted as a failed start)",
             worker.id,
-            ep.spec.name,
+            ep.spec.key,
             how,
             delay,
         )

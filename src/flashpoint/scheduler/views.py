@@ -62,7 +62,7 @@ def explain(
     else:
         summary = "about to be taken by a worker"
     return Explanation(
-        endpoint=ep.spec.name,
+        endpoint=ep.spec.key,
         summary=summary,
         reasons=tuple(reasons),
         never=ep.never is not None,
@@ -88,7 +88,7 @@ def never_message(spec: EndpointSpec, nofit: NoFit, index: FleetIndex) -> str:
     """The warning logged when an endpoint that can never run registers (or the fleet changes so)."""
     count = f"{spec.gpu_count} x " if spec.gpu_count > 1 else ""
     head = (
-        f"endpoint {spec.name!r} asks for {count}{spec.describe_gpu()}, which no node of this fleet can ever "
+        f"endpoint {spec.key!r} asks for {count}{spec.describe_gpu()}, which no node of this fleet can ever "
         f"provide ({'; '.join(r.detail for r in nofit.reasons)}). "
         + (
             "Its requests are answered 503 no_worker until "
@@ -189,7 +189,7 @@ def endpoint_row(ep: EndpointState, explanation: Explanation) -> dict[str, Any]:
     """``GET /v1/endpoints/{name}``: the endpoint's options, queue, workers, counters and explanation."""
     spec = ep.spec
     return {
-        "name": spec.name,
+        "name": spec.key,
         "gpu": spec.describe_gpu(),
         "candidates": [describe(c) for c in spec.candidates],
         "cpu": list(spec.cpu) or None,
@@ -231,5 +231,5 @@ def gauges(endpoints: Iterable[EndpointState]) -> list[EndpointGauges]:
         for worker in ep.workers.values():
             states[worker.state.value] += 1
         running = sum(len(w.jobs) for w in ep.workers.values()) + ep.in_flight
-        rows.append(EndpointGauges(ep.spec.name, ep.queued, running, states, ep.spec.serves_routes))
+        rows.append(EndpointGauges(ep.spec.key, ep.queued, running, states, ep.spec.serves_routes))
     return rows

@@ -185,8 +185,8 @@ class _Plan:
         if isinstance(result, NoFit):
             self.stuck = result
             return False
-        worker_id = f"{self.spec.name}-{len(self.workers) + 1}"
-        fleet.hold(result, Holder(worker_id, self.spec.name))
+        worker_id = f"{self.spec.key}-{len(self.workers) + 1}"
+        fleet.hold(result, Holder(worker_id, self.spec.key))
         if isinstance(result, CpuFit):
             planned = PlannedWorker(
                 worker_id, phase, result.request.name, result.node, (), result.slot, fleet.node_simulated(result.node)
@@ -209,7 +209,7 @@ def what_if(specs: Sequence[EndpointSpec], devices: Sequence[Device], nodes: Seq
     for spec in specs:
         never = fleet.never(spec)
         if never is not None:
-            rows[spec.name] = _row(spec, Verdict.NEVER, fleet, reasons=never.reasons)
+            rows[spec.key] = _row(spec, Verdict.NEVER, fleet, reasons=never.reasons)
             continue
         plans.append(_Plan(spec))
     for plan in plans:
@@ -226,7 +226,7 @@ def what_if(specs: Sequence[EndpointSpec], devices: Sequence[Device], nodes: Seq
     for plan in plans:
         spec = plan.spec
         verdict = Verdict.RUNS if len(plan.workers) >= max(spec.workers_min, 1) else Verdict.WAITS
-        rows[spec.name] = _row(
+        rows[spec.key] = _row(
             spec,
             verdict,
             fleet,
@@ -235,7 +235,7 @@ def what_if(specs: Sequence[EndpointSpec], devices: Sequence[Device], nodes: Seq
             # the candidates its fallback skips because they could never fit (one reason each)
             skipped=never_candidates(spec, fleet.idle),
         )
-    return [rows[spec.name] for spec in specs]
+    return [rows[spec.key] for spec in specs]
 
 
 def _row(
@@ -248,7 +248,7 @@ def _row(
     skipped: tuple[WaitReason, ...] = (),
 ) -> Row:
     return Row(
-        spec.name,
+        spec.key,
         spec.describe_gpu(),
         spec.gpu_count,
         spec.workers_min,

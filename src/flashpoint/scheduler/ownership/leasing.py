@@ -169,7 +169,7 @@ class DeviceLeasing:
                     and process in reason.processes
                     and reason.candidate in (device.model_name, anything)
                 ):
-                    return ep.spec.name
+                    return ep.spec.key
         return None
 
     def close(self) -> None:
