@@ -10,18 +10,15 @@ Invariants:
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flashpoint.errors import BadInputError, ConfigError
-from flashpoint.private import private_dir, private_file
+from flashpoint.hosting.wholefile import locked, replace_whole
 from flashpoint.spec import LABEL, secret_name_problem
 
 __all__ = ["MAX_VALUE_BYTES", "SecretInfo", "SecretStore"]
@@ -71,7 +68,7 @@ class SecretStore:
             raise BadInputError(f"the value of secret {name!r} is not valid text (a lone surrogate)") from None
         if size > MAX_VALUE_BYTES:
             raise BadInputError(f"the value of secret {name!r} is {size} bytes; the most is {MAX_VALUE_BYTES}")
-        with self._locked():
+        with locked(self.root):
             records = self._read()
             now = self._now()
             old = records.get((name, app))
@@ -83,7 +80,7 @@ class SecretStore:
     def delete(self, name: str, *, app: str | None = None) -> bool:
         """Delete ``name`` (of ``app``, or the server-wide one); False when there was none."""
         _check(name, app)
-        with self._locked():
+        with locked(self.root):
             records = self._read()
             if records.pop((name, app), None) is None:
                 return False
@@ -121,18 +118,6 @@ class SecretStore:
 
     # the file
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        private_dir(self.root, ours=True)
-        lock = self.root / "lock"
-        private_file(lock)
-        fd = os.open(lock, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing it lets the lock go
-
     def _read(self) -> dict[tuple[str, str | None], dict[str, Any]]:
         try:
             text = self.path.read_bytes()
@@ -163,23 +148,7 @@ class SecretStore:
 
     def _write(self, records: dict[tuple[str, str | None], dict[str, Any]]) -> None:
         body = json.dumps({"version": VERSION, "secrets": list(records.values())}, ensure_ascii=False).encode()
-        temporary = self.root / f".{FILE_NAME}.{os.getpid()}.tmp"
-        temporary.unlink(missing_ok=True)
-        private_file(temporary)  # 0600 before a byte is written
-        try:
-            with open(temporary, "wb") as out:
-                out.write(body)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, self.path)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        directory = os.open(self.root, os.O_RDONLY)
-        try:  # the rename itself survives a crash
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_whole(self.root, FILE_NAME, body)
 
 
 def _check(name: str | None, app: str | None) -> None:
