@@ -35,7 +35,7 @@ COVERED_BY = {
     "flashpoint.backends.rayship": "ray/test_rayship.py",
     "flashpoint.backends.stub": "scheduler/test_supervision.py",
     "flashpoint.cli.dev": "e2e/test_dev.py",
-    "flashpoint.cli.env": "cli/test_env_cli.py",
+    "flashpoint.cli.venv": "cli/test_venv_cli.py",
     "flashpoint.cli.explain": "cli/test_cli_inert.py",
     "flashpoint.cli.gpus": "cli/test_cli.py",
     "flashpoint.cli.holders": "cli/test_cli_holders.py",

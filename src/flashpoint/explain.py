@@ -38,7 +38,7 @@ class Code(str, Enum):
     #: the endpoint's environment (its ``dependencies``) is being built; no worker starts before it is ready
     BUILDING_ENVIRONMENT = "building_environment"
     #: the endpoint's environment failed to build; its jobs fail until the requirements change or the failure is
-    #: forgotten (``flashpoint env prune --failed``)
+    #: forgotten (``flashpoint venv prune --failed``)
     ENVIRONMENT_FAILED = "environment_failed"
 
     def __str__(self) -> str:

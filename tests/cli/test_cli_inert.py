@@ -201,8 +201,8 @@ def test_env_list_shows_a_builds_output_inert_and_its_json_exact(tmp_path: Path)
     write_json(root / f"{building}.building", progress.to_json())
 
     with KeyLock(root / f"{building}.lock"):  # a build in progress holds its key's lock
-        table = CliRunner().invoke(app, ["env", "list", "--dir", str(root)])
-        as_json = CliRunner().invoke(app, ["env", "list", "--dir", str(root), "--json"])
+        table = CliRunner().invoke(app, ["venv", "list", "--dir", str(root)])
+        as_json = CliRunner().invoke(app, ["venv", "list", "--dir", str(root), "--json"])
 
     assert table.exit_code == 0, table.output
     assert_inert(table.stdout, shows=3)

@@ -165,7 +165,7 @@ def test_a_failed_build_is_recorded_raised_again_and_retried(cache: EnvironmentC
         cache.ensure([MISSING], endpoint="a", retry=True)
     assert not retried.value.recorded and cache.builds == 3
     # and so does forgetting the failures from the command line
-    result = CliRunner().invoke(app, ["env", "prune", "--failed", "--dir", str(cache.root)])
+    result = CliRunner().invoke(app, ["venv", "prune", "--failed", "--dir", str(cache.root)])
     assert f"forgot the failed build {key}" in result.output
     with pytest.raises(EnvironmentBuildError) as after_prune:
         cache.ensure([MISSING], endpoint="a")
@@ -255,17 +255,17 @@ def test_list_and_prune_real_environments(cache: EnvironmentCache) -> None:
     runner = CliRunner()
     kept = cache.ensure(["six==1.16.0"], endpoint="a")
     stale = cache.ensure(["six==1.15.0"], endpoint="b")
-    listed = json.loads(runner.invoke(app, ["env", "list", "--dir", str(cache.root), "--json"]).output)
+    listed = json.loads(runner.invoke(app, ["venv", "list", "--dir", str(cache.root), "--json"]).output)
     assert {e["key"] for e in listed["environments"]} == {kept.key, stale.key}
     assert all(e["size"] > 10_000 for e in listed["environments"])  # six, and the interpreter's link
     # Given one environment last used 30 days ago (its record edited, as a month of disuse would leave it)
     path = cache.root / f"{stale.key}.json"
     record = read_json(path) or {}
     write_json(path, {**record, "last_used": record["last_used"] - 30 * 86400})
-    result = runner.invoke(app, ["env", "prune", "--days", "7", "--dir", str(cache.root)])
+    result = runner.invoke(app, ["venv", "prune", "--days", "7", "--dir", str(cache.root)])
     assert result.exit_code == 0 and f"removed {stale.key}" in result.output
     assert [e.key for e in cache.entries()] == [kept.key]
-    result = runner.invoke(app, ["env", "prune", "--all", "--dir", str(cache.root)])
+    result = runner.invoke(app, ["venv", "prune", "--all", "--dir", str(cache.root)])
     assert f"removed {kept.key}" in result.output and cache.entries() == []
     # a pruned environment is simply built again
     assert cache.ensure(["six==1.16.0"], endpoint="a").built

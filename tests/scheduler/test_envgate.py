@@ -188,7 +188,7 @@ async def test_a_failed_build_fails_the_waiting_jobs_and_later_ones_until_it_is_
     assert second.status is JobStatus.FAILED and second.reason is Reason.ENVIRONMENT_FAILED
     assert len(source.calls) == 1 and door.backend.started == []
 
-    source.failures.clear()  # `flashpoint env prune --failed`
+    source.failures.clear()  # `flashpoint venv prune --failed`
     third = door.submit("broken")
     assert third.status is JobStatus.IN_QUEUE
     await eventually(lambda: len(source.calls) == 2, 10, "a new build")

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from flashpoint._version import __version__
-from flashpoint.cli import dev, env, explain, gpus, jobs, keys, run, secret, serve, status
+from flashpoint.cli import dev, explain, gpus, jobs, keys, run, secret, serve, status, venv
 from flashpoint.errors import Error
 from flashpoint.terminal import inert
 
@@ -39,7 +39,7 @@ app.command("serve")(serve.serve)
 app.command("ray-flags")(gpus.ray_flags)
 app.command("run", context_settings=run.CONTEXT)(run.run)
 app.command("dev")(dev.dev)
-app.add_typer(env.app, name="env")
+app.add_typer(venv.app, name="venv")
 app.add_typer(secret.app, name="secret")
 app.add_typer(keys.app, name="keys")
 

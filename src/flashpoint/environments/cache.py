@@ -120,7 +120,7 @@ class Environment:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """One environment as ``flashpoint env list`` shows it."""
+    """One environment as ``flashpoint venv list`` shows it."""
 
     key: str
     path: Path
@@ -367,7 +367,7 @@ class EnvironmentCache:
             message=(
                 f"could not build the environment for endpoint {endpoint!r} ({', '.join(reqs)}): {cause}. Fix the "
                 "dependencies; if the cause has passed (the network, say), retry: ensure(..., retry=True) or "
-                "`flashpoint env prune --failed`"
+                "`flashpoint venv prune --failed`"
             ),
             returncode=returncode,
             output_tail=bounded_tail(tail),

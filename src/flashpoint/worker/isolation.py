@@ -18,7 +18,7 @@ while the process still has one thread.
 
 - **Environment.** A worker in a per-endpoint environment takes a shared ``flock`` on its cache's ``<key>.inuse``
   (``FLASHPOINT_ENV_INUSE``) and keeps it for the life of the process, across ``exec`` of a user's command too:
-  ``flashpoint env prune`` leaves the environment alone while any worker runs in it, also one that outlives its
+  ``flashpoint venv prune`` leaves the environment alone while any worker runs in it, also one that outlives its
   plane's own hold (a worker retiring after its endpoint was redeclared with other dependencies).
 
 Nothing here raises: a step that cannot be done is logged to stderr and skipped (the worker still runs).

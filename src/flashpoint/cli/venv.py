@@ -1,4 +1,4 @@
-"""``flashpoint env list|prune``: the cache of per-endpoint environments (flashpoint/environments).
+"""``flashpoint venv list|prune``: the cache of per-endpoint environments (flashpoint/environments).
 
 Edge module: may import anything in flashpoint, plus typer and rich.
 """
@@ -17,7 +17,7 @@ from flashpoint.environments import CacheEntry, EnvironmentCache
 from flashpoint.terminal import inert
 
 app = typer.Typer(
-    name="env",
+    name="venv",
     help="The per-endpoint environments (an endpoint's dependencies, installed with uv): list and prune them.",
     no_args_is_help=True,
 )
@@ -112,7 +112,7 @@ def list_environments(
         out.print(table)
         if any(entry.in_use for entry in entries):
             out.print(
-                "In use: a running control plane's endpoint runs its workers there; `flashpoint env prune` leaves it "
+                "In use: a running control plane's endpoint runs its workers there; `flashpoint venv prune` leaves it "
                 "alone until that plane stops.",
                 markup=False,
             )
@@ -129,7 +129,7 @@ def list_environments(
             markup=False,
         )
     if failures:
-        out.print("A failed build is not tried again until `flashpoint env prune --failed` forgets it.")
+        out.print("A failed build is not tried again until `flashpoint venv prune --failed` forgets it.")
 
 
 @app.command("prune")
