@@ -15,17 +15,7 @@ import pytest
 
 from flashpoint.errors import BadInputError, ConfigError, ConflictError
 from flashpoint.hosting.keystore import TOKEN_PREFIX, KeyInfo, KeyStore, new_token
-
-
-class Ticks:
-    """Wall time that moves one second per reading."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        self.t += 1.0
-        return self.t
+from tests.hosting.test_secretstore import Ticks
 
 
 @pytest.fixture

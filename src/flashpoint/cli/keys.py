@@ -21,6 +21,7 @@ from rich.table import Table
 
 from flashpoint.cli.live import SERVER, URL, LivePlane, describe
 from flashpoint.cli.output import console, print_json
+from flashpoint.cli.secret import DataDirOption
 from flashpoint.cli.target import KeyOption, UrlOption, required_planes, seg
 from flashpoint.errors import ConfigError, NotFoundError
 from flashpoint.hosting.keystore import SCOPES, KeyStore
@@ -33,15 +34,6 @@ app = typer.Typer(
 )
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-DataDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--data-dir",
-        help="Act on this server data directory directly, with no server running (serve's --data-dir, by default "
-        "~/.flashpoint/server).",
-        show_default=False,
-    ),
-]
 #: the folder of a data directory that holds the keys (``flashpoint serve`` mounts the same one)
 KEYS_FOLDER = "keys"
 
@@ -71,6 +63,13 @@ def _json(info: Any) -> dict[str, Any]:
             "created_by": info.created_by}  # fmt: skip
 
 
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a uid with no name (a container's): the creator is still this machine's user
+        return "local user"
+
+
 def _when(seconds: Any) -> str:
     return datetime.datetime.fromtimestamp(float(seconds), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -91,7 +90,7 @@ def create(
     """Create a key and print it once: copy it now, it will not be shown again."""
     if data_dir is not None:
         info, token = local_store(data_dir).create(
-            name, scope=scope, app=app_name, env=env_name, by=f"{getpass.getuser()} (--data-dir)"
+            name, scope=scope, app=app_name, env=env_name, by=f"{_user()} (--data-dir)"
         )
         made = {"key": token, **_json(info)}
     else:
