@@ -20,10 +20,10 @@ from typing import Annotated, Any
 
 import typer
 
-from flashpoint.cli.live import SERVER, URL, LivePlane, describe
+from flashpoint.cli.live import LivePlane
 from flashpoint.cli.output import print_json
-from flashpoint.cli.target import KeyOption, UrlOption, required_planes, seg
-from flashpoint.errors import BadInputError, ConfigError, NotFoundError
+from flashpoint.cli.target import KeyOption, UrlOption, one_server, seg
+from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.spec import secret_name_problem
 from flashpoint.terminal import inert
@@ -69,17 +69,9 @@ class _Local:
 
 
 def server(url: str | None, key: str | None) -> LivePlane:
-    """The one server a secret command talks to (secrets live in ``flashpoint serve``'s data directory)."""
-    planes = required_planes(url, key, "secrets are a `flashpoint serve` server's")
-    found = [p for p in planes if p.kind in (SERVER, URL)]
-    if not found:
-        raise ConfigError(
-            "no `flashpoint serve` runs on this machine, and secrets are a server's; start one, or name one with --url"
-        )
-    if len(found) > 1:
-        listed = "; ".join(f"{describe(p)} at {p.url}" for p in found)
-        raise ConfigError(f"several servers run on this machine ({listed}); name one with --url (and --key)")
-    return found[0]
+    """The one server a secret command talks to (secrets live in ``flashpoint serve``'s data directory): ``--url``,
+    else the one ``flashpoint serve`` of this machine; several are listed and refused (``target.one_server``)."""
+    return one_server(url, key)
 
 
 def read_value(name: str) -> str:

@@ -1,7 +1,9 @@
 """Which control planes a command talks to: ``--url``/``--key`` (``FLASHPOINT_URL``/``FLASHPOINT_API_KEY``) for a
 server elsewhere, else every plane announced on this machine; and the look-ups the job commands share.
 
-Every command that talks to a plane takes ``UrlOption`` and ``KeyOption`` and calls ``planes(url, key)``.
+Every command that talks to a plane takes ``UrlOption`` and ``KeyOption`` and calls ``planes(url, key)``; a command
+that acts on one server (secrets, keys, deployments) calls ``one_server(url, key)``, which refuses to pick one of
+several.
 
 Edge module: may import anything in flashpoint, plus typer and httpx (through ``cli.live``).
 """
@@ -16,7 +18,7 @@ from urllib.parse import quote
 
 import typer
 
-from flashpoint.cli.live import URL, LivePlane, Unreachable, describe, live_planes, no_plane_message
+from flashpoint.cli.live import SERVER, URL, LivePlane, Unreachable, describe, live_planes, no_plane_message
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError, NotFoundError
 from flashpoint.terminal import inert
@@ -72,6 +74,42 @@ def required_planes(url: str | None, key: str | None, more: str = "") -> list[Li
     if not found:
         raise NotFoundError(no_plane_message(settings, more))
     return found
+
+
+def one_server(url: str | None, key: str | None, settings: Settings | None = None) -> LivePlane:
+    """The one server a command acts on: the one at ``url`` (with ``key``), else the one ``flashpoint serve`` announced
+    on this machine. Scripts' embedded planes and ``flashpoint dev`` are not servers and never count.
+
+    Raises:
+        NotFoundError: no ``flashpoint serve`` runs here and no URL was given (the message says how to start one or
+            name one).
+        ConfigError: several servers run here: they are listed (URL, app, pid) and none is picked; name one with
+            ``--url``. Also a ``url`` that is not an http(s) URL.
+    """
+    settings = settings or Settings.load()
+    if url:
+        (named,) = planes(url, key, settings)
+        return named
+    found = live_planes(settings)
+    servers = [p for p in found if p.kind == SERVER]
+    if len(servers) == 1:
+        return servers[0]
+    if not servers:
+        others = len(found)
+        aside = (
+            f" ({others} other flashpoint process{'es' if others > 1 else ''} run{'' if others > 1 else 's'} here, "
+            "`flashpoint dev` or scripts, which are not servers)"
+            if others
+            else ""
+        )
+        raise NotFoundError(
+            f"no `flashpoint serve` runs on this machine{aside}: start one (`flashpoint serve`), or name a server with "
+            "--url URL (or FLASHPOINT_URL) and --key (or FLASHPOINT_API_KEY)"
+        )
+    listed = "; ".join(f"{p.url} (serve {p.app or '(no app)'}, pid {p.pid})" for p in servers)
+    raise ConfigError(
+        f"{len(servers)} flashpoint servers run on this machine: {listed}; pick one with --url URL (or FLASHPOINT_URL)"
+    )
 
 
 def ask(plane: LivePlane, path: str, params: dict[str, str] | None = None, notes: list[str] | None = None) -> Any:
