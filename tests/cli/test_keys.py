@@ -164,3 +164,14 @@ def test_a_real_process_prints_the_key_once_and_errors_as_one_line(tmp_path: Pat
     assert again.returncode == 1 and again.stderr.startswith("Error: a key named 'ci' exists")
     listed = run("list", "--json")
     assert json.loads(listed.stdout)[0]["name"] == "ci" and token not in listed.stdout
+
+
+def test_with_no_server_named_or_running_it_says_how_to_name_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an empty state folder (the OS's environment, set for this test): no announcement, so no server to pick
+    monkeypatch.setenv("FLASHPOINT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("FLASHPOINT_URL", raising=False)
+    monkeypatch.delenv("FLASHPOINT_API_KEY", raising=False)
+    done = CliRunner().invoke(cli_app, ["keys", "list"])
+    assert isinstance(done.exception, NotFoundError) and "--url" in str(done.exception)

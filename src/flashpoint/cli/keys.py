@@ -19,11 +19,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from flashpoint.cli.live import SERVER, URL, LivePlane, describe
+from flashpoint.cli.live import LivePlane
 from flashpoint.cli.output import console, print_json
 from flashpoint.cli.secret import DataDirOption
-from flashpoint.cli.target import KeyOption, UrlOption, required_planes, seg
-from flashpoint.errors import ConfigError, NotFoundError
+from flashpoint.cli.target import KeyOption, UrlOption, one_server, seg
+from flashpoint.errors import NotFoundError
 from flashpoint.hosting.keystore import SCOPES, KeyStore
 from flashpoint.terminal import inert
 
@@ -44,18 +44,9 @@ def local_store(data_dir: Path) -> KeyStore:
 
 
 def server(url: str | None, key: str | None) -> LivePlane:
-    """The one server a keys command talks to (keys are a ``flashpoint serve`` server's)."""
-    planes = required_planes(url, key, "keys are a `flashpoint serve` server's")
-    found = [p for p in planes if p.kind in (SERVER, URL)]
-    if not found:
-        raise ConfigError(
-            "no `flashpoint serve` runs on this machine, and keys are a server's; start one, name one with --url, or "
-            "act on its data directory with --data-dir"
-        )
-    if len(found) > 1:
-        listed = "; ".join(f"{describe(p)} at {p.url}" for p in found)
-        raise ConfigError(f"several servers run on this machine ({listed}); name one with --url (and --key)")
-    return found[0]
+    """The one server a keys command talks to: ``--url``, else the one ``flashpoint serve`` of this machine; several
+    are listed and refused (``target.one_server``)."""
+    return one_server(url, key)
 
 
 def _json(info: Any) -> dict[str, Any]:
