@@ -70,6 +70,18 @@ def test_pack_leaves_out_secrets_and_tool_folders(tmp_path: Path) -> None:
     assert names == ["app.py", "lib/util.py", "run.sh"]
 
 
+def test_pack_links_inside_become_files_and_outside_are_left_out(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "p")
+    (tmp_path / "secret.txt").write_text("s")
+    (root / "outside.txt").symlink_to(tmp_path / "secret.txt")
+    (root / "alias.py").symlink_to(root / "app.py")
+    packed = pack(root)
+    assert _names(packed.data) == ["alias.py", "app.py", "lib/util.py", "run.sh"]
+    with tarfile.open(fileobj=io.BytesIO(packed.data), mode="r:gz") as tar:
+        alias = tar.getmember("alias.py")
+        assert alias.isreg() and alias.size == len("x = 1\n")
+
+
 def test_pack_exclude_patterns(tmp_path: Path) -> None:
     root = _tree(tmp_path / "p")
     (root / "weights.bin").write_bytes(b"w")
@@ -203,6 +215,13 @@ def _bomb() -> bytes:
     return _archive(_file("zeros", b"\0" * (64 * 1024 * 1024)))
 
 
+def _huge_pax_header(tar: tarfile.TarFile) -> None:
+    """A header whose declared size says little of what it makes the reader read: 4 MiB of extended header."""
+    info = tarfile.TarInfo("a.py")
+    info.pax_headers = {"comment": "x" * (4 * 1024 * 1024)}
+    tar.addfile(info, io.BytesIO(b""))
+
+
 def _longer_than_declared() -> bytes:
     """A member whose data runs past its declared size: the rest reads as a broken header."""
     raw = io.BytesIO()
@@ -241,6 +260,7 @@ HOSTILE: list[tuple[str, Callable[[], bytes], str]] = [
     ("folder then file", lambda: _archive(_both(_file("a/b"), _file("a"))), "both as a file and as a folder"),
     ("too many members", lambda: _archive(_many), "more than 50 members"),
     ("gzip bomb", _bomb, "more than 1.0 MB"),
+    ("huge header", lambda: _archive(_huge_pax_header), "more bytes than the limit allows"),
     ("longer than declared", _longer_than_declared, "not a readable"),
     ("truncated", _truncated, "not a readable"),
     ("corrupt gzip", lambda: b"\x1f\x8b\x08\x00" + b"\xff" * 64, "not a readable"),
