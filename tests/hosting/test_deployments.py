@@ -122,7 +122,13 @@ def test_numbering_and_outcomes(db: Deployments) -> None:
     assert db.versions("shop", "prod")[0].detail == "worker exited 1"
     serving = db.serving("shop", "prod")
     assert serving is not None and (serving.number, serving.digest, serving.manifest) == (2, D2, {"endpoints": ["2"]})
-    assert serving.to_json()["number"] == 2 and serving.to_json()["created_by"] == "ann"
+    assert serving.to_json() == {
+        "app": "shop", "env": "prod", "number": 2, "digest": D2, "created_by": "ann",
+        "created_at": serving.created_at, "outcome": "serving", "detail": "",
+    }  # fmt: skip
+    assert db.history("shop", "prod")[0].to_json() == {
+        "kind": "deploy", "version": 1, "by": "ann", "at": db.history("shop", "prod")[0].at, "detail": ""
+    }  # fmt: skip
     assert db.begin("shop", "staging", digest=D1, by="ann", manifest={}).number == 1  # per environment
     assert [(e.kind, e.version) for e in db.history("shop", "prod")] == [
         ("deploy", 1), ("serve", 1), ("deploy", 2), ("serve", 2), ("deploy", 3), ("fail", 3)

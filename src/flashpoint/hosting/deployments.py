@@ -16,6 +16,7 @@ scheduler; the manifest is the caller's, opaque here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sqlite3
@@ -117,7 +118,7 @@ class AppInfo:
     created_at: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "created_by": self.created_by, "created_at": self.created_at}
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,14 +134,7 @@ class EnvInfo:
     removed: frozenset[str] = field(default_factory=frozenset)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "app": self.app,
-            "name": self.name,
-            "created_by": self.created_by,
-            "created_at": self.created_at,
-            "serving": self.serving,
-            "removed": sorted(self.removed),
-        }
+        return {**dataclasses.asdict(self), "removed": sorted(self.removed)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,16 +153,8 @@ class VersionInfo:
     manifest: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "app": self.app,
-            "env": self.env,
-            "number": self.number,
-            "digest": self.digest,
-            "created_by": self.created_by,
-            "created_at": self.created_at,
-            "outcome": self.outcome,
-            "detail": self.detail,
-        }
+        """What ``/v1/apps/...`` and ``flashpoint env get`` show: not the manifest."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if key != "manifest"}
 
 
 @dataclass(frozen=True, slots=True)
