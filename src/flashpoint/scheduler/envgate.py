@@ -15,7 +15,7 @@ with its outcome:
 - **Ready**: workers start on the environment's interpreter (``Supervisor.argv``), their ``PYTHONPATH`` without the
   host directories the environment inherits after its own (``Environment.pythonpath``).
 - **Failed**: the queued jobs end ``FAILED`` (``environment_failed``) with the installer's error; jobs submitted later
-  fail at once while the cache still records the failure. ``flashpoint env prune --failed`` forgets it (the next job
+  fail at once while the cache still records the failure. ``flashpoint venv prune --failed`` forgets it (the next job
   builds again), and so does a change of the requirements (another key). A build that runs past its time limit
   (FLASHPOINT_ENV_BUILD_TIMEOUT_S, the cache's) is such a failure.
 - **In use**: while an endpoint's environment is ready the plane holds it (``ensure(hold=True)``), so ``flashpoint env
@@ -172,7 +172,7 @@ class EnvironmentGate:
 
     def failed_for_good(self, ep: EndpointState) -> str | None:
         """For a job submitted to ``ep``: the failure that ends it at once, or None. A failure the cache no longer
-        records (``flashpoint env prune --failed``) starts a new build instead."""
+        records (``flashpoint venv prune --failed``) starts a new build instead."""
         status = ep.environment
         if status is None or status.state != FAILED:
             return None
@@ -254,7 +254,7 @@ class EnvironmentGate:
     async def close(self) -> None:
         """Interrupt the builds in flight and wait (``CLOSE_WAIT_S`` at most) for them to clean up: their installers
         killed, their temporary directories removed, their keys' locks let go, nothing recorded. Then let go of every
-        environment this plane holds, so ``flashpoint env prune`` may remove them."""
+        environment this plane holds, so ``flashpoint venv prune`` may remove them."""
         self._closed = True
         for interrupt in list(self._interrupts):
             interrupt.set()

@@ -454,9 +454,7 @@ class ControlPlane:
         for ep in self.endpoints.values():
             self.supervision.watch(ep, now, wall)
             for worker in planner.idle_stops(ep, now):
-                log.info(
-                    "worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.key, now - worker.idle_since
-                )
+                log.info("worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.key, now - worker.idle_since)
                 self.supervision.stop(worker)
         self.reconcile()
 

@@ -222,7 +222,7 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
                         asks,
                         Code.ENVIRONMENT_FAILED,
                         f"its environment failed to build: {first_line(environment.error)}; fix its dependencies, "
-                        "or forget the failure with `flashpoint env prune --failed`",
+                        "or forget the failure with `flashpoint venv prune --failed`",
                     )
                 )
             break
