@@ -47,6 +47,7 @@ ORDER = (
     "flashtypes",
     "config",
     "gpus",
+    "access",
     # the core, with the vocabulary that stands on its lower packages
     "environments",
     "jobs",
@@ -71,7 +72,7 @@ ORDER = (
 #: each unit's tier, as the map's layer table names it
 TIERS = {
     **dict.fromkeys(("errors", "clock", "_version", "private", "terminal", "explain", "flashtypes"), "vocabulary"),
-    **dict.fromkeys(("config", "gpus", "jobs", "spec"), "vocabulary"),
+    **dict.fromkeys(("config", "gpus", "access", "jobs", "spec"), "vocabulary"),
     **dict.fromkeys(("environments", "wire", "fleet", "store", "backends", "scheduler", "flash", "worker"), "core"),
     **dict.fromkeys(("sdk", "flashpoint"), "sdk"),
     **dict.fromkeys(("api", "hosting", "dev", "cli", "__main__"), "edge"),

@@ -1,4 +1,4 @@
-"""The access rule (``hosting/access.py``) as one table: every scope, limited to no app, one app or one environment,
+"""The access rule (``access.py``) as one table: every scope, limited to no app, one app or one environment,
 against every operation on a resource of its own app and environment, of its app's whole, of its app's other
 environment, of another app, and of the server itself."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashpoint.hosting.access import (
+from flashpoint.access import (
     ADMIN_SERVER,
     ALLOW,
     HIDDEN,
@@ -15,6 +15,8 @@ from flashpoint.hosting.access import (
     Operation,
     Principal,
     decide,
+    decide_endpoint,
+    endpoint_visible,
     job_operation,
     visible,
 )
@@ -133,3 +135,42 @@ def test_a_job_is_the_keys_own_to_invoke_else_a_read() -> None:
     assert decide(invoke, job_operation(invoke, "i"), "shop", "prod") is ALLOW
     assert isinstance(decide(invoke, job_operation(invoke, "server"), "shop", "prod"), Forbidden)
     assert job_operation(ADMIN_SERVER, "server") is Operation.INVOKE
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# endpoints served outside any app (decision 0100): keys limited to no app reach them as an app's, others never see them
+
+
+@pytest.mark.parametrize(
+    ("key", "op", "expected"),
+    [
+        ("server", Operation.INVOKE, ALLOW),
+        ("server", Operation.ADMIN, ALLOW),
+        ("deploy-all", Operation.INVOKE, ALLOW),
+        ("deploy-all", Operation.READ, ALLOW),
+        ("deploy-all", Operation.DEPLOY, ALLOW),
+        ("deploy-all", Operation.ADMIN, "admin"),
+        ("invoke-all", Operation.INVOKE, ALLOW),
+        ("invoke-all", Operation.READ, "deploy"),
+        ("deploy-app", Operation.INVOKE, HIDDEN),
+        ("deploy-env", Operation.READ, HIDDEN),
+        ("invoke-app", Operation.INVOKE, HIDDEN),
+        ("invoke-env", Operation.INVOKE, HIDDEN),
+    ],
+)
+def test_an_endpoint_of_no_app(key: str, op: Operation, expected: object) -> None:
+    who = KEYS[key]
+    decision = decide_endpoint(who, op, None, None)
+    if isinstance(expected, str):
+        assert isinstance(decision, Forbidden) and decision.needed == expected
+        assert f"the {expected} scope" in decision.message()
+    else:
+        assert decision is expected
+    assert endpoint_visible(who, None, None) is (expected is not HIDDEN)
+
+
+def test_an_endpoint_of_an_app_is_decided_as_the_app() -> None:
+    for who in KEYS.values():
+        for op in Operation:
+            assert decide_endpoint(who, op, "shop", "prod") == decide(who, op, "shop", "prod")
+            assert endpoint_visible(who, "shop", "prod") is visible(who, "shop", "prod")

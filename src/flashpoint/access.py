@@ -28,6 +28,8 @@ __all__ = [
     "Principal",
     "Verdict",
     "decide",
+    "decide_endpoint",
+    "endpoint_visible",
     "job_operation",
     "visible",
 ]
@@ -146,6 +148,29 @@ def decide(who: Principal, op: Operation, app: str | None, env: str | None) -> D
         return Forbidden(needed, _DOING[op], holder)
     if env is None and who.env is not None and op is Operation.DEPLOY:
         return Forbidden("deploy", f"change every environment of app {app!r}", holder, f"for all of app {app!r}")
+    return ALLOW
+
+
+def endpoint_visible(who: Principal, app: str | None, env: str | None) -> bool:
+    """``visible`` for an endpoint (or its jobs): ``app=None`` is an endpoint served outside any app (``flashpoint
+    serve app.py``), which every key limited to no app sees; a key limited to an app does not (decision 0100)."""
+    if app is None:
+        return who.scope == "admin" or who.app is None
+    return visible(who, app, env)
+
+
+def decide_endpoint(who: Principal, op: Operation, app: str | None, env: str | None) -> Decision:
+    """``decide`` for an endpoint (or its jobs) of ``app`` and ``env``, where ``app=None`` is not the server but an
+    endpoint served outside any app: hidden from keys limited to an app, else the scope decides as for an app's."""
+    if app is not None:
+        return decide(who, op, app, env)
+    if not endpoint_visible(who, None, None):
+        return HIDDEN
+    if who.scope == "admin":
+        return ALLOW
+    needed = _NEEDED[op]
+    if _RANK.get(who.scope, -1) < _RANK[needed]:
+        return Forbidden(needed, _DOING[op], f"{who.name!r} ({_describe(who)})")
     return ALLOW
 
 
