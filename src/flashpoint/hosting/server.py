@@ -6,7 +6,6 @@ The SDK's in-process server is ``embedded.py``; what every host needs is ``plane
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import secrets
@@ -16,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from flashpoint.config import Settings
-from flashpoint.errors import BadInputError, ConfigError
-from flashpoint.hosting import announce, console
+from flashpoint.errors import ConfigError
+from flashpoint.hosting import announce, console, shapes
 from flashpoint.hosting.plane import PlaneRole, app_simulated, build_plane, http_url, listening_socket, loopback
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
@@ -31,65 +30,19 @@ log = logging.getLogger("flashpoint.server")
 def input_checker(handle: EndpointFunction[..., Any] | EndpointClass[..., Any]) -> Callable[[Any], None]:
     """Checks that a job's input fits the function's parameters (or the named method's), before it is stored."""
     name = handle.spec.name
-
-    def fail(message: str) -> BadInputError:
-        return BadInputError(f"endpoint {name!r}: {message}", code="bad_input")
-
-    def bind(signature: inspect.Signature, payload: Any, *leading: Any) -> None:
-        if not isinstance(payload, dict):
-            raise fail(f"input must be a JSON object of keyword arguments for {name}{signature}, e.g. "
-                       f'{{"input": {{"data": ...}}}}; got {type(payload).__name__}')  # fmt: skip
-        try:
-            args, kwargs = codec.decode_call(payload) if codec.ARGS_KEY in payload else ((), payload)
-            signature.bind(*leading, *args, **kwargs)
-        except TypeError as exc:
-            raise fail(f"input does not fit {name}{signature}: {exc}") from None
-
-    if isinstance(handle, EndpointClass):
-        cls, methods = handle.__wrapped__, handle.spec.methods
-
-        def check_method(payload: Any) -> None:
-            params = dict(payload) if isinstance(payload, dict) else payload
-            method = params.pop("method", None) if isinstance(params, dict) else None
-            if method is None and len(methods) > 1:
-                raise fail(f'name a method in "method" ({", ".join(methods)}), e.g. {{"method": "{methods[0]}", ...}}')
-            method = method or methods[0]
-            if method not in methods:
-                raise fail(f"unknown method {method!r}; methods: {', '.join(methods)}")
-            bind(inspect.signature(getattr(cls, method)), params, None)
-
-        return check_method
-    signature = inspect.signature(handle.__wrapped__)
-    return lambda payload: bind(signature, payload)
+    return shapes.checkers(name, {name: shapes.call_shape(handle)}, "queue")[name]
 
 
 def input_checkers(handles: Mapping[str, Any]) -> dict[str, Callable[[Any], None]]:
     """The intake's checkers: ``name`` for a job naming no target, ``name/target`` for one naming its target (the
     functions and classes sharing one endpoint name); a command's handler takes any JSON input, as on Runpod; a route
-    endpoint takes no jobs (its requests go through the route proxy)."""
+    endpoint takes no jobs (its requests go through the route proxy). Built from each handle's call shapes
+    (``hosting.shapes``), as a deployed project's are from the shapes its loader sent."""
     checkers: dict[str, Callable[[Any], None]] = {}
     for name, handle in handles.items():
-        if isinstance(handle, EndpointCommand) or handle.spec.serves_routes:
-            continue
-        targets = handle.targets()
-        for target, member in targets.items():
-            checkers[f"{name}/{target}"] = input_checker(member)
-        if len(targets) == 1:
-            checkers[name] = input_checker(handle)
-        else:
-            checkers[name] = _needs_target(name, list(targets))
+        kind = "route" if not isinstance(handle, EndpointCommand) and handle.spec.serves_routes else "queue"
+        checkers.update(shapes.checkers(name, shapes.shape_of(handle), kind, name=handle.spec.name))
     return checkers
-
-
-def _needs_target(name: str, targets: list[str]) -> Callable[[Any], None]:
-    def check(payload: Any) -> None:
-        raise BadInputError(
-            f"endpoint {name!r} serves several functions or classes ({', '.join(targets)}); name the one to call "
-            f'beside the input: {{"input": {{...}}, "flashpoint": {{"target": "{targets[0]}"}}}}',
-            code="bad_input",
-        )
-
-    return check
 
 
 def load_target(target: str) -> dict[str, tuple[Any, WorkerTarget]]:
