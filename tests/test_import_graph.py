@@ -81,6 +81,8 @@ TIERS = {
 SEAMS = {
     # the SDK starts the embedded plane on a decorated function's first call
     ("flashpoint.sdk.default_connection", "flashpoint.hosting.embedded"),
+    # flashpoint.deploy packs the project folder as the hosts unpack it, loaded only to deploy
+    ("flashpoint.sdk.deploy", "flashpoint.hosting.artifacts"),
     # runpod_flash resolves to the flashpoint surface while an app loads
     ("flashpoint.flash.alias", "flashpoint"),
 }

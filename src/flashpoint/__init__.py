@@ -52,6 +52,7 @@ from flashpoint.gpus import GpuGroup, GPUModel, GpuType
 from flashpoint.jobs import JobStatus, JobView, Placement, Reason
 from flashpoint.sdk import envfile
 from flashpoint.sdk.context import current_job
+from flashpoint.sdk.deploy import DeployError, DeployResult, DeployTimeoutError, deploy
 from flashpoint.sdk.endpoint import Endpoint, EndpointClient, EndpointSpec, JobHandle, ServerlessScalerType
 from flashpoint.sdk.endpointjob import EndpointJob
 from flashpoint.spec import Secret
@@ -69,6 +70,11 @@ __all__ = [
     "ServerlessScalerType",
     "__version__",
     "current_job",
+    # Deploying to a server
+    "DeployError",
+    "DeployResult",
+    "DeployTimeoutError",
+    "deploy",
     # Jobs
     "Explanation",
     "JobHandle",

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from flashpoint._version import __version__
-from flashpoint.cli import dev, explain, gpus, jobs, keys, run, secret, serve, status, venv
+from flashpoint.cli import apps, deploy, dev, explain, gpus, jobs, keys, run, secret, serve, status, venv
 from flashpoint.errors import Error
 from flashpoint.terminal import inert
 
@@ -42,6 +42,11 @@ app.command("dev")(dev.dev)
 app.add_typer(venv.app, name="venv")
 app.add_typer(secret.app, name="secret")
 app.add_typer(keys.app, name="keys")
+app.command("deploy")(deploy.deploy)
+app.command("undeploy")(apps.undeploy)
+app.command("rollback")(apps.rollback)
+app.add_typer(apps.app_group, name="app")
+app.add_typer(apps.env_group, name="env")
 
 
 def _version(value: bool) -> None:

@@ -35,7 +35,7 @@ from typing import IO
 import pathspec
 
 from flashpoint.errors import BadInputError, NotFoundError
-from flashpoint.hosting.project import project_tree
+from flashpoint.hosting.projectfiles import project_tree
 from flashpoint.private import private_dir
 
 __all__ = ["DEFAULT_LIMIT", "DIGEST", "MAX_MEMBERS", "NEVER_PACKED", "ArtifactStore", "Packed", "check_digest", "pack"]
