@@ -9,6 +9,7 @@ import pytest
 
 from flashpoint.errors import InvalidTransitionError
 from flashpoint.jobs import (
+    SUBMITTED_BY_KEY,
     TERMINAL,
     TRANSITIONS,
     Job,
@@ -220,3 +221,18 @@ def test_reason_codes_are_stable_strings() -> None:
         "cancelled",
     }
     assert str(Reason.WORKER_LOST) == "worker_lost"
+
+
+def test_the_submitter_comes_out_of_the_metadata_and_never_reaches_the_worker() -> None:
+    # the HTTP layer hands the key's name in with the request's flashpoint metadata; the job keeps it apart
+    meta = {"target": "embed", SUBMITTED_BY_KEY: "ci"}
+    job = Job(id="j", endpoint="shop.prod.embed", input={}, extra={"webhook": "https://x.test", "flashpoint": meta})
+    assert job.submitted_by == "ci"
+    assert job.extra == {"webhook": "https://x.test", "flashpoint": {"target": "embed"}}
+    assert meta == {"target": "embed", SUBMITTED_BY_KEY: "ci"}  # the caller's dict is left as it was
+    alone = Job(id="k", endpoint="e", input={}, extra={"flashpoint": {SUBMITTED_BY_KEY: "server"}})
+    assert alone.submitted_by == "server" and alone.extra == {}
+    view = job.view()
+    assert view.submitted_by == "ci" and view.to_native()["submittedBy"] == "ci"
+    assert JobView.from_native(view.to_native()).submitted_by == "ci"
+    assert Job(id="l", endpoint="e", input={}).view().to_native()["submittedBy"] is None

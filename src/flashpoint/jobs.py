@@ -100,6 +100,10 @@ LOG_CUT = (
 )
 
 
+#: in a job request's ``flashpoint`` metadata (``extra``), where the HTTP layer puts the name of the key submitting it;
+#: ``Job`` takes it out into ``submitted_by`` as it is made, so the worker never sees it
+SUBMITTED_BY_KEY = "submitted_by"
+
 #: Runpod's default ``policy.ttl``: 24 hours
 DEFAULT_TTL_MS = 24 * 3600 * 1000
 
@@ -179,6 +183,21 @@ class Job:
     #: chunks a generator handler posted (job-stream) not yet read through ``/stream`` (a destructive read):
     #: ``{"output": value}``, with ``ENCODING_KEY`` beside it for a binary chunk
     chunks: list[Any] = field(default_factory=list)
+    #: the name of the key that submitted it (``server``: the server's own keys; ``worker:<id>``: a worker's caller
+    #: key); None when no key was asked (an embedded plane, a server without keys)
+    submitted_by: str | None = None
+
+    def __post_init__(self) -> None:
+        # the submitter rides in with the request's metadata (``SUBMITTED_BY_KEY``) and is kept here, not in extra
+        meta = self.extra.get("flashpoint")
+        if isinstance(meta, dict) and SUBMITTED_BY_KEY in meta:
+            name = meta[SUBMITTED_BY_KEY]
+            if self.submitted_by is None and isinstance(name, str):
+                self.submitted_by = name
+            rest = {key: value for key, value in meta.items() if key != SUBMITTED_BY_KEY}
+            self.extra = {key: value for key, value in self.extra.items() if key != "flashpoint"}
+            if rest:
+                self.extra["flashpoint"] = rest
 
     @property
     def expires_at(self) -> float:
@@ -217,6 +236,7 @@ class Job:
             created_at=self.created_at,
             logs=tuple(self.logs),
             webhook=self.extra.get("webhook") if isinstance(self.extra.get("webhook"), str) else None,
+            submitted_by=self.submitted_by,
         )
 
 
@@ -241,6 +261,8 @@ class JobView:
     webhook: str | None = None
     #: the output is a base64 pickle (see ``Job.output_binary``)
     output_binary: bool = False
+    #: the name of the key that submitted it (``Job.submitted_by``)
+    submitted_by: str | None = None
 
     @classmethod
     def queued(cls, job_id: str, endpoint: str, created_at: float = 0.0) -> JobView:
@@ -277,6 +299,7 @@ class JobView:
             "retries": self.retries,
             "createdAt": self.created_at,
             "logs": list(self.logs),
+            "submittedBy": self.submitted_by,
         }
 
     @classmethod
@@ -306,6 +329,7 @@ class JobView:
             retries=data.get("retries", 0),
             created_at=data.get("createdAt", 0.0),
             logs=tuple(data.get("logs", ())),
+            submitted_by=data.get("submittedBy"),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pytest
 from flashpoint.errors import ConfigError, StoreError
 from flashpoint.jobs import Job, JobError, JobStatus, Placement, Reason
 from flashpoint.store import MemoryJobStore, SQLiteJobStore, open_store
-from flashpoint.store.sqlite import COLUMNS, SCHEMA_VERSION, _from_row, _migrate_1, _to_row
+from flashpoint.store.sqlite import COLUMNS, SCHEMA_VERSION, _from_row, _migrate_1, _migrate_2, _to_row
 
 S = JobStatus
 T0 = 1_700_000_000.0
@@ -72,6 +72,7 @@ def full_job(n: int, status: JobStatus = S.IN_PROGRESS) -> Job:
         ttl_ms=7_200_000,
         logs=[f"log {n}", "second line"],
         chunks=[{"token": str(n)}, [1, 2]],
+        submitted_by=f"key-{n}",
     )
 
 
@@ -94,14 +95,14 @@ def test_opens_in_wal_mode_with_normal_sync_and_busy_timeout(open_db: Callable[.
     assert conn.execute("pragma busy_timeout").fetchone()[0] == 2500
 
 
-def test_creates_parent_directories_and_schema_version_2(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
+def test_creates_parent_directories_and_schema_version_3(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     assert not db.parent.exists()
     open_db()
     assert db.is_file()
-    assert SCHEMA_VERSION == 2
-    assert raw(db, "pragma user_version") == 2
+    assert SCHEMA_VERSION == 3
+    assert raw(db, "pragma user_version") == 3
     columns = raw(db, "select group_concat(name) from pragma_table_info('jobs')")
-    assert columns == "seq,id,endpoint,status,created_at,expires_at,data,input"
+    assert columns == "seq,id,endpoint,status,created_at,expires_at,data,input,submitted_by"
     indexes = raw(db, "select group_concat(name) from pragma_index_list('jobs')")
     assert {"jobs_status", "jobs_endpoint_status", "jobs_expires_at"} <= set(indexes.split(","))
 
@@ -109,14 +110,14 @@ def test_creates_parent_directories_and_schema_version_2(open_db: Callable[..., 
 def test_reopening_keeps_the_schema_version(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     open_db().close()
     open_db().close()
-    assert raw(db, "pragma user_version") == 2
+    assert raw(db, "pragma user_version") == 3
 
 
 def test_a_file_from_a_newer_version_is_refused(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     open_db().close()
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.execute("pragma user_version = 99")
-    with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(2\)"):
+    with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(3\)"):
         open_db()
 
 
@@ -136,9 +137,9 @@ def test_a_version_1_file_is_upgraded_and_its_jobs_keep_their_input(
         conn.commit()
     # When this version opens it, then the input is read from where version 1 put it, and kept through updates
     store = open_db()
-    assert raw(db, "pragma user_version") == 2
+    assert raw(db, "pragma user_version") == 3
     job = store.get("job-old")
-    assert job is not None and job.input == {"n": 1}
+    assert job is not None and job.input == {"n": 1} and job.submitted_by is None
     job.move(S.IN_PROGRESS)
     store.update(job)
     store.flush()
@@ -167,12 +168,45 @@ def test_every_job_field_has_a_place_in_the_row() -> None:
     job = full_job(1)
     row = _to_row(job)
     input_text = json.dumps(job.input)
-    # the input has its own column, and a job's size is that column's length
-    stored = set(COLUMNS) | set(json.loads(row[-1])) | {"input", "size"}
+    # the input and the submitter have their own columns, and a job's size is the input column's length
+    stored = set(COLUMNS) | set(json.loads(row[-1])) | {"input", "size", "submitted_by"}
     assert stored == {field.name for field in dataclasses.fields(Job)} | {"expires_at"}
-    assert _from_row((row[0], row[1], row[2], row[3], row[5], input_text)) == dataclasses.replace(
+    assert _from_row((row[0], row[1], row[2], row[3], row[5], input_text, job.submitted_by)) == dataclasses.replace(
         job, size=len(input_text)
     )
+
+
+def test_the_submitter_is_written_once_and_read_back(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
+    store = open_db()
+    job = full_job(2, S.IN_QUEUE)
+    store.add(job)
+    job.move(S.IN_PROGRESS)
+    store.update(job)
+    store.close()
+    assert raw(db, "select submitted_by from jobs") == "key-2"
+    again = open_db().get(job.id)
+    assert again is not None and again.submitted_by == "key-2"
+
+
+def test_a_version_2_file_is_upgraded_and_its_jobs_have_no_submitter(
+    open_db: Callable[..., SQLiteJobStore], db: Path
+) -> None:
+    # Given a file of schema version 2 with a job in it
+    db.parent.mkdir(parents=True)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        _migrate_1(conn)
+        _migrate_2(conn)
+        conn.execute(
+            "insert into jobs (id, endpoint, status, created_at, expires_at, data, input) values (?, ?, ?, ?, ?, ?, ?)",
+            ("job-v2", "ep", "IN_QUEUE", T0, T0 + 60, json.dumps({"extra": {}, "retries": 0}), "{}"),
+        )
+        conn.execute("pragma user_version = 2")
+        conn.commit()
+    # When this version opens it, then the column is there and the old job has no submitter
+    store = open_db()
+    assert raw(db, "pragma user_version") == 3
+    job = store.get("job-v2")
+    assert job is not None and job.submitted_by is None and job.input == {}
 
 
 # ------------------------------------------------------------------------------------------------------------------

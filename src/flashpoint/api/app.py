@@ -67,6 +67,8 @@ def create_app(
     )
     app.state.plane = plane
     app.state.api_keys = api_keys
+    #: scoped keys' tokens to their principals (``guard.principal_lookup(keystore)``, set by ``serve``); None: none
+    app.state.key_lookup = None
     app.state.intake = intake
     app.state.max_body_bytes = max_body_bytes
     app.state.route_wait_s = route_wait_s
@@ -105,12 +107,17 @@ class Dispatch:
             max_body_bytes=api.state.max_body_bytes,
             wait_s=api.state.route_wait_s,
             metrics=api.state.metrics.routes,
+            state=api.state,
         )
         self.workers = Router(routes=worker_routes(plane), default=_not_found)
-        clients = Router(routes=client_routes(plane, api.state.api_keys, api.state.intake), default=_not_found)
+        # every route reads the keys from the app's state at each request (api/guard.py): serve sets key_lookup late
+        clients = Router(
+            routes=client_routes(plane, api.state.api_keys, api.state.intake, state=api.state), default=_not_found
+        )
         self.clients = BodyLimit(clients, api.state.max_body_bytes)
         # Runpod Flash's client: /v2/flash/runsync with X-Flash-Endpoint (without it, Runpod's route of "flash")
-        self.flash = BodyLimit(FlashRoute(plane, api.state.api_keys, api.state.intake), api.state.max_body_bytes)
+        flash = FlashRoute(plane, api.state.api_keys, api.state.intake, state=api.state)
+        self.flash = BodyLimit(flash, api.state.max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -1,4 +1,5 @@
-"""FastAPI dependencies of the HTTP routes: the app's control plane and the API key check."""
+"""FastAPI dependencies of the HTTP routes: the app's control plane, the key check, and the access rule's operations
+for routes that need one key for everything (``require_admin``)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
+from flashpoint.access import Operation
+from flashpoint.api.guard import authorize, caller_worker, principal_of
 from flashpoint.api.runpod import CALLER_REFUSED, started_by
-from flashpoint.api.workers import key_matches
 from flashpoint.errors import NotFoundError
-from flashpoint.scheduler.credentials import bearer, caller_of
 from flashpoint.scheduler.loop import ControlPlane
 
 
@@ -34,23 +35,22 @@ CALLER_READS = frozenset({"/endpoints/{name}", "/jobs/{job_id}", "/jobs/{job_id}
 
 
 async def require_api_key(request: Request) -> None:
-    """Refuse the request with 401 unless it carries one of ``app.state.api_keys`` (an empty tuple: no auth), or a
-    worker's caller key on one of ``CALLER_READS`` (a job it did not start: 404, as if there were none)."""
-    keys: tuple[str, ...] = getattr(request.app.state, "api_keys", ())
-    header = request.headers.get("authorization")
-    if not keys or key_matches(header, keys):
+    """Refuse the request with 401 unless its key is one the server knows (``api/guard.py``: the server's own keys,
+    a scoped key, none needed on a server without keys), or a worker's caller key on one of ``CALLER_READS`` (a job
+    it did not start: 404, as if there were none). Which operations the key may perform is each route's to check."""
+    who = principal_of(request)
+    worker = caller_worker(who)
+    if worker is None:
         return
-    plane = get_plane(request)
-    caller = caller_of(bearer(header), plane.worker_credential)
-    if caller is None:
-        raise HTTPException(
-            401,
-            detail={"code": "unauthorized", "message": "send the API key as Authorization: Bearer KEY"},
-            headers={"WWW-Authenticate": "Bearer"},
-        )
     path = getattr(request.scope.get("route"), "path", "")
     if request.method not in ("GET", "HEAD") or path.removeprefix("/v1") not in CALLER_READS:
         raise HTTPException(403, detail={"code": "forbidden", "message": CALLER_REFUSED})
     job_id = request.path_params.get("job_id")
-    if job_id is not None and not started_by(plane.job(job_id), caller[1]):
+    if job_id is not None and not started_by(get_plane(request).job(job_id), worker):
         raise NotFoundError(f"no job {job_id!r}")
+
+
+async def require_admin(request: Request) -> None:
+    """``require_api_key``, then the access rule's ``ADMIN`` on the server (403 naming the admin scope)."""
+    await require_api_key(request)
+    authorize(request, Operation.ADMIN, None, None)

@@ -7,8 +7,12 @@ server (``RUNPOD_ENDPOINT_BASE_URL=http://HOST:PORT/v2``, ``RUNPOD_API_KEY=<its 
 calls the endpoints ``flashpoint serve`` runs.
 
 - Only a request carrying ``X-Flash-Endpoint`` comes here; a plain ``/v2/flash/runsync`` is Runpod's route of an
-  endpoint named ``flash``. Same API key, body limit and intake checks as Runpod's client routes (without a key, a body
-  not declared ``application/json`` is 415, as Flash's client declares it).
+  endpoint named ``flash``. Same keys, body limit and intake checks as Runpod's client routes (without a key, a body
+  not declared ``application/json`` is 415, as Flash's client declares it); the call is the key's ``INVOKE`` of the
+  endpoint (``api/guard.py``).
+- Which endpoint: when ``X-Flash-App`` names an app deployed here, ``app.env.name`` of the three headers (Flash sends
+  ``production`` when no environment is set), and nothing else; otherwise (a project served with ``flashpoint serve``,
+  whose app header is only Flash's default, the folder's name) the endpoint's bare name (decision 0100).
 - Bodies: ``{"input": {kwargs}}``; a class method's ``{"input": {"method": NAME, ...}}``; Flash's ``"__empty": true``
   (sent for a call without arguments) is dropped. ``X-Flash-App``/``X-Flash-Environment`` are recorded in the job's
   ``flashpoint`` metadata (``"flash": {"app", "environment"}``).
@@ -28,17 +32,30 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from flashpoint.access import Operation
 from flashpoint.api.errors import body as error_body, status_of
+from flashpoint.api.guard import UNAUTHORIZED, caller_worker, key_state, keyless, principal_of, resolve_endpoint
 from flashpoint.api.loopguard import UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE, json_typed
-from flashpoint.api.runpod import FUNCTION_NAME, Intake, parse_body, query_ms, served_targets, submit_checked
-from flashpoint.api.workers import json_response, key_matches
+from flashpoint.api.runpod import (
+    CALLER_SCOPE_KEY,
+    FUNCTION_NAME,
+    Intake,
+    job_record,
+    parse_body,
+    query_ms,
+    served_targets,
+    submit_checked,
+)
+from flashpoint.api.workers import json_response
 from flashpoint.errors import BadInputError, Error
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.spec import endpoint_id
 from flashpoint.wire import codec
 
 log = logging.getLogger("flashpoint.api")
@@ -80,9 +97,12 @@ def _header(scope: Scope, name: bytes, limit: int, *, required: bool) -> str | N
 class FlashRoute:
     """The ASGI app of ``POST /v2/flash/runsync`` for Flash's client (``api.app.Dispatch`` sends it here)."""
 
-    def __init__(self, plane: ControlPlane, api_keys: tuple[str, ...], intake: Intake) -> None:
+    def __init__(self, plane: ControlPlane, api_keys: tuple[str, ...], intake: Intake, *, state: Any = None) -> None:
         self.plane = plane
-        self.api_keys = api_keys
+        #: where the keys are read at each request (``api/guard.py``): the FastAPI app's state, or ``api_keys``
+        self.state = key_state(api_keys) if state is None else state
+        if getattr(self.state, "plane", None) is None:
+            self.state.plane = plane
         self.intake = intake
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -92,10 +112,14 @@ class FlashRoute:
     async def _answer(self, request: Request) -> Response:
         if request.method != "POST":
             return json_response(error_body("method_not_allowed", f"use POST {FLASH_PATH}"), 405)
-        if self.api_keys and not key_matches(request.headers.get("authorization"), self.api_keys):
-            message = "missing or wrong API key: send Authorization: Bearer KEY (Flash sends RUNPOD_API_KEY)"
-            return json_response(error_body("unauthorized", message), 401)
-        if not self.api_keys and not json_typed(request.headers.get("content-type")):  # api/loopguard.py
+        try:
+            who = principal_of(request, self.state)
+        except HTTPException:
+            return json_response(error_body("unauthorized", UNAUTHORIZED + " (Flash sends RUNPOD_API_KEY)"), 401)
+        caller = caller_worker(who)
+        if caller is not None:  # a worker's caller key calls endpoints here as on /run
+            request.scope[CALLER_SCOPE_KEY] = caller
+        if keyless(self.state) and not json_typed(request.headers.get("content-type")):  # api/loopguard.py
             return json_response(error_body(UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE), 415)
         try:
             return await self._runsync(request)
@@ -121,7 +145,9 @@ class FlashRoute:
             if value is not None
         }
         hold_ms = query_ms(request, "wait", HOLD_MS, 1000, 300_000)
-        self.plane.endpoint(endpoint)  # 404 before anything else: Flash reports it as an endpoint not deployed
+        # 404 (or 403) before anything else: Flash reports a 404 as an endpoint not deployed
+        ep = resolve_endpoint(request, self.plane, self._target(endpoint, record), Operation.INVOKE)
+        endpoint = ep.spec.key
         raw = await request.body()
         data = parse_body(raw)
         payload = data["input"]
@@ -133,7 +159,9 @@ class FlashRoute:
         target = self._fitting_target(endpoint, payload, meta)
         if target is not None:
             data["flashpoint"] = {**(meta or {}), "target": target}
-        job = submit_checked(self.plane, endpoint, data, self.intake, size=len(raw), record={"flash": record})
+        job = submit_checked(
+            self.plane, endpoint, data, self.intake, size=len(raw), record={"flash": record, **job_record(request)}
+        )
         try:
             view = await self.plane.wait(job.id, hold_ms / 1000)
         except TimeoutError:
@@ -144,6 +172,16 @@ class FlashRoute:
             )
             return json_response({"id": job.id, "status": status, "error": message})
         return json_response(flash_answer(view))
+
+    def _target(self, name: str, record: dict[str, str]) -> str:
+        """The endpoint a call names: ``app.env.name`` when the app header names an app deployed here, else ``name``
+        (Flash's app header defaults to the folder's name, which a served project's endpoints do not carry)."""
+        app, env = record.get("app"), record.get("environment")
+        if not app or not env:
+            return name
+        if any(ep.spec.app == app for ep in self.plane.state.endpoints.values()):
+            return endpoint_id(app, env, name)
+        return name
 
     def _fitting_target(self, endpoint: str, payload: Any, meta: dict[str, Any] | None) -> str | None:
         """On an endpoint serving several functions, when nothing names one (Flash's client cannot), the one whose

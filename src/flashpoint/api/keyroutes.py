@@ -1,7 +1,8 @@
 """``/v1/keys``: the server's scoped keys over HTTP, for admin keys: ``POST`` makes one from the JSON body
 ``{"name", "scope", "app"?, "env"?}`` and answers its token, once; ``GET`` lists names, scopes, apps, envs and dates;
 ``DELETE /v1/keys/{name}`` revokes one. No answer but the creation holds a token, and none holds a hash.
-``flashpoint serve`` mounts it over its store (``hosting/keystore.py``, as ``app.state.keys``).
+Every route is the access rule's ``ADMIN`` (``api/guard.py``). ``flashpoint serve`` mounts it over its store
+(``hosting/keystore.py``, as ``app.state.keys``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Protocol
 from fastapi import APIRouter, Depends, Request
 
 from flashpoint.api import schemas
-from flashpoint.api.deps import require_api_key
+from flashpoint.api.deps import require_admin
 from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.wire.codec import loads_bounded
 
@@ -39,7 +40,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     409: {"model": schemas.ErrorBody, "description": "a key of that name exists (code `conflict`)"},
     413: {"model": schemas.ErrorBody, "description": "a body over the limit (code `payload_too_large`)"},
 }
-router = APIRouter(tags=["keys"], dependencies=[Depends(require_api_key)], responses=_ERRORS)
+router = APIRouter(tags=["keys"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
 _BODY = 'send {"name": N, "scope": "admin"|"deploy"|"invoke", "app"?: A, "env"?: E} as the JSON body'
 _FIELDS = {"name", "scope", "app", "env"}

@@ -8,11 +8,15 @@ from collections.abc import Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from flashpoint.api.workers import error_response, key_matches
+from flashpoint.access import Operation
+from flashpoint.api.guard import authorize
+from flashpoint.api.workers import error_response
+from flashpoint.errors import ForbiddenError
 from flashpoint.jobs import TERMINAL, JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
 
@@ -221,13 +225,17 @@ class PlaneMetrics:
 
 
 def metrics_route(metrics: PlaneMetrics) -> Route:
-    """``GET /metrics`` in Prometheus' text format, behind ``app.state.api_keys`` like every other route."""
+    """``GET /metrics`` in Prometheus' text format: every endpoint's, so the access rule's ``ADMIN``
+    (``api/guard.py``)."""
 
     async def get_metrics(request: Request) -> Response:
         # async: the collector reads the plane's state, which only its event loop may touch
-        keys: tuple[str, ...] = getattr(request.app.state, "api_keys", ())
-        if keys and not key_matches(request.headers.get("authorization"), keys):
+        try:
+            authorize(request, Operation.ADMIN, None, None)
+        except HTTPException:
             return error_response(401, "unauthorized", "send the API key as Authorization: Bearer KEY")
+        except ForbiddenError as exc:
+            return error_response(403, "forbidden", str(exc))
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return Route("/metrics", get_metrics, methods=["GET"])

@@ -2,21 +2,37 @@
 
 Routes are thin: an unknown job or endpoint raises ``NotFoundError`` in the plane, which ``api/errors.py`` turns
 into a 404 with code ``not_found``; a bad query parameter is a 400 with code ``bad_request``.
+
+Each route names its operation of the access rule (``api/guard.py``, decisions 0094 and 0100): the fleet is
+``ADMIN``; one endpoint (the SDK's check) ``INVOKE``; its explanation ``READ``; a job, its logs, explanation and wait
+``INVOKE`` for the key's own job and ``READ`` for another's; the lists show what the key may see (jobs: those it may
+read), and what it may not see answers 404 as what does not exist.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flashpoint.access import Operation
 from flashpoint.api import errors, schemas
 from flashpoint.api.deps import Plane, require_api_key
-from flashpoint.api.workers import error_response, json_response, key_matches
-from flashpoint.jobs import JobStatus
+from flashpoint.api.guard import (
+    authorize,
+    authorize_job,
+    identify,
+    principal_of,
+    resolve_endpoint,
+    sees_endpoint,
+    sees_job,
+)
+from flashpoint.api.workers import error_response, json_response
+from flashpoint.errors import NotFoundError
+from flashpoint.jobs import Job, JobStatus
 from flashpoint.scheduler.loop import ControlPlane
 
 if TYPE_CHECKING:
@@ -31,11 +47,24 @@ _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": schemas.ErrorBody, "description": "no such job or endpoint (code `not_found`)"},
 }
+_FORBIDDEN: dict[int | str, dict[str, Any]] = {
+    403: {"model": schemas.ErrorBody, "description": "a key whose scope does not allow it (code `forbidden`)"},
+}
 _BAD_REQUEST: dict[int | str, dict[str, Any]] = {
     400: {"model": schemas.ErrorBody, "description": "a query parameter is invalid (code `bad_request`)"},
 }
 
-router = APIRouter(tags=["native"], dependencies=[Depends(require_api_key)], responses=_UNAUTHORIZED)
+router = APIRouter(tags=["native"], dependencies=[Depends(require_api_key)], responses={**_UNAUTHORIZED, **_FORBIDDEN})
+#: how many of the newest jobs a list for a key that may not read every job looks through (filtered after)
+SCOPED_LIST_WINDOW = 1000
+
+
+def readable_job(request: Request, plane: ControlPlane, job_id: str) -> Job:
+    """Job ``job_id`` when the request's key may read it (its own: ``INVOKE``; another's: ``READ``); one it may not
+    see is the same 404 as one that does not exist."""
+    job = plane.job(job_id)
+    authorize_job(request, job, lambda: NotFoundError(f"no job with id {job_id!r}"))
+    return job
 
 
 def job_body(plane: ControlPlane, job_id: str) -> dict[str, Any]:
@@ -63,18 +92,25 @@ def flash_call(extra: dict[str, Any]) -> dict[str, str | None] | None:
 @router.get(
     "/fleet", response_model=schemas.Fleet, summary="The fleet's devices and nodes, and who holds or reserves them"
 )
-async def get_fleet(plane: Plane) -> Response:
+async def get_fleet(request: Request, plane: Plane) -> Response:
+    authorize(request, Operation.ADMIN, None, None)  # every app's workers, and the server's devices
     return json_response({"devices": plane.fleet_view(), "nodes": plane.node_view(), "summary": plane.fleet_summary()})
 
 
 @router.get("/endpoints", response_model=schemas.Endpoints, summary="Every endpoint, its workers and why it waits")
-async def list_endpoints(plane: Plane) -> Response:
-    return json_response({"endpoints": plane.endpoint_rows()})
+async def list_endpoints(request: Request, plane: Plane) -> Response:
+    who = principal_of(request)
+    rows = plane.endpoint_rows()
+    if who.scope != "admin":
+        rows = [row for row in rows if sees_endpoint(who, row["name"])]
+    return json_response({"endpoints": rows})
 
 
 @router.get("/endpoints/{name}", response_model=schemas.Endpoint, responses=_NOT_FOUND, summary="One endpoint")
-async def get_endpoint(name: str, plane: Plane) -> Response:
-    return json_response(plane.endpoint_rows(name)[0])
+async def get_endpoint(name: str, request: Request, plane: Plane) -> Response:
+    # what a caller asks of an endpoint (the SDK's check before it submits): INVOKE
+    ep = resolve_endpoint(request, plane, name, Operation.INVOKE)
+    return json_response(plane.endpoint_rows(ep.spec.key)[0])
 
 
 @router.get(
@@ -83,19 +119,28 @@ async def get_endpoint(name: str, plane: Plane) -> Response:
     responses=_NOT_FOUND,
     summary="What an endpoint waits for",
 )
-async def explain_endpoint(name: str, plane: Plane) -> Response:
-    return json_response(plane.explain_endpoint(name).to_json())
+async def explain_endpoint(name: str, request: Request, plane: Plane) -> Response:
+    ep = resolve_endpoint(request, plane, name, Operation.READ)
+    return json_response(plane.explain_endpoint(ep.spec.key).to_json())
 
 
 @router.get("/jobs", response_model=schemas.Jobs, responses=_BAD_REQUEST, summary="Jobs, newest first")
 async def list_jobs(
+    request: Request,
     plane: Plane,
     endpoint: Annotated[str | None, Query(description="only this endpoint's jobs")] = None,
     status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="at most this many jobs")] = 100,
 ) -> Response:
+    who = principal_of(request)
+    views = plane.list_jobs(endpoint=endpoint, status=status, limit=limit)
+    if who.scope != "admin":
+        # the store lists the server's newest jobs; those this key may not read are left out after (at most
+        # SCOPED_LIST_WINDOW looked through)
+        window = plane.list_jobs(endpoint=endpoint, status=status, limit=max(limit, SCOPED_LIST_WINDOW))
+        views = [view for view in window if sees_job(who, view.endpoint, view.submitted_by)][:limit]
     jobs = []
-    for view in plane.list_jobs(endpoint=endpoint, status=status, limit=limit):
+    for view in views:
         body = view.to_native()
         del body["logs"]
         jobs.append(body)
@@ -103,20 +148,22 @@ async def list_jobs(
 
 
 @router.get("/jobs/{job_id}", response_model=schemas.Job, responses=_NOT_FOUND, summary="One job, with its logs")
-async def get_job(job_id: str, plane: Plane) -> Response:
+async def get_job(job_id: str, request: Request, plane: Plane) -> Response:
+    readable_job(request, plane, job_id)
     return json_response(job_body(plane, job_id))
 
 
 @router.get(
     "/jobs/{job_id}/explain", response_model=schemas.Explanation, responses=_NOT_FOUND, summary="What a job waits for"
 )
-async def explain_job(job_id: str, plane: Plane) -> Response:
+async def explain_job(job_id: str, request: Request, plane: Plane) -> Response:
+    readable_job(request, plane, job_id)
     return json_response(plane.explain_job(job_id).to_json())
 
 
 @router.get("/jobs/{job_id}/logs", response_model=schemas.JobLogs, responses=_NOT_FOUND, summary="A job's log lines")
-async def job_logs(job_id: str, plane: Plane) -> Response:
-    job = plane.job(job_id)
+async def job_logs(job_id: str, request: Request, plane: Plane) -> Response:
+    job = readable_job(request, plane, job_id)
     return json_response({"id": job.id, "logs": list(job.logs)})
 
 
@@ -130,9 +177,11 @@ async def job_logs(job_id: str, plane: Plane) -> Response:
 )
 async def wait_job(
     job_id: str,
+    request: Request,
     plane: Plane,
     timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="seconds to wait at most")] = 30.0,
 ) -> Response:
+    readable_job(request, plane, job_id)
     try:
         await plane.wait(job_id, timeout)
     except TimeoutError:
@@ -150,6 +199,7 @@ def create_native_app(
     app = FastAPI(title="flashpoint native API", docs_url=None, redoc_url=None)
     app.state.plane = plane
     app.state.api_keys = tuple(api_keys)
+    app.state.key_lookup = None  # scoped keys' lookup (api/guard.py), when the host has any
     errors.install(app)
     require_key_for_docs(app)
     app.include_router(router)
@@ -175,10 +225,14 @@ def require_key_for_docs(app: FastAPI) -> None:
 
 def _keyed(inner: ASGIApp) -> ASGIApp:
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        keys: tuple[str, ...] = getattr(scope["app"].state, "api_keys", ())
-        if keys:
+        state = scope["app"].state
+        if getattr(state, "api_keys", ()):
             header = dict(scope["headers"]).get(b"authorization")
-            if not key_matches(header.decode("latin-1") if header is not None else None, keys):
+            # any key the server knows reads the API's description (a scoped key too: it only describes routes)
+            if (
+                identify(getattr(state, "plane", None), state, header.decode("latin-1") if header is not None else None)
+                is None
+            ):
                 denied = error_response(401, "unauthorized", "send the API key as Authorization: Bearer KEY")
                 denied.headers["WWW-Authenticate"] = "Bearer"
                 await denied(scope, receive, send)

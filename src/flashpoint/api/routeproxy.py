@@ -4,7 +4,8 @@ Edge module: Starlette's request types, and ``api/upstream.py``'s pooled HTTP/1.
 aiohttp's CPU per proxied request, which on cores shared with the workers is throughput); it reaches the plane through
 its route verbs only (``take_route_worker``, ``hold_route_worker``, ``release_route_worker``, ``routed``).
 
-One request, in order: the server's API key (401; the key is never forwarded), the body, read whole up to the server's
+One request, in order: the key (401; a key that may not ``INVOKE`` the endpoint: 403, or for one it may not see the
+404 of a path no endpoint has, ``api/guard.py``; the key is never forwarded), the body, read whole up to the server's
 limit (413 ``payload_too_large`` before anything is forwarded), a worker (the one with the fewest requests in flight;
 with none ready, the request is held, which is demand: a worker starts, up to the wait bound, then 503 ``no_worker``
 with the endpoint's explanation; an endpoint that can never run on this fleet answers 503 at once), the exchange with
@@ -31,11 +32,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from starlette.requests import ClientDisconnect
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message, Receive, Scope, Send
 
+from flashpoint.access import ALLOW, Forbidden, Operation, decide_endpoint
+from flashpoint.api.guard import UNAUTHORIZED, app_env_of, caller_worker, key_state, principal_of
+from flashpoint.api.runpod import CALLER_REFUSED
 from flashpoint.api.upstream import BadAnswer, Exchange, Upstream, WorkerLost, WorkerTimeout
-from flashpoint.api.workers import key_matches
 from flashpoint.explain import Explanation
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.records import EndpointState, Worker
@@ -132,9 +136,13 @@ class RouteProxy:
         metrics: RouteMetrics | None = None,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         read_timeout_s: float = READ_TIMEOUT_S,
+        state: Any = None,
     ) -> None:
         self.plane = plane
-        self.api_keys = api_keys
+        #: where the keys are read at each request (``api/guard.py``): the FastAPI app's state, or ``api_keys``
+        self.state = key_state(api_keys) if state is None else state
+        if getattr(self.state, "plane", None) is None:
+            self.state.plane = plane
         self.max_body_bytes = max_body_bytes
         #: how long a request waits for a ready worker before it is answered 503 with the explanation
         self.wait_s = wait_s
@@ -191,12 +199,10 @@ class RouteProxy:
     async def _serve(self, ep: EndpointState, scope: Scope, receive: Receive, send: Send) -> int:
         """The status answered (0: the connection was closed mid-answer)."""
         forwarded: list[bytes] = []  # header lines, as they go to the worker
-        auth = length = host = None
+        length = host = None
         for name, value in scope["headers"]:
             if name in _DROP_REQUEST:
-                if name == b"authorization":
-                    auth = value
-                elif name == b"content-length":
+                if name == b"content-length":
                     length = value
                 elif name == b"host":
                     host = value
@@ -204,9 +210,10 @@ class RouteProxy:
             if name.startswith(_FORWARDED):  # a client's claim of where it came from, replaced by the proxy's own
                 continue
             forwarded.append(b"%s: %s\r\n" % (name, value))
-        if self.api_keys and not key_matches(auth.decode("latin-1") if auth else None, self.api_keys):
-            status, body = _error("unauthorized", "send the API key as Authorization: Bearer KEY", 401)
-            await _answer(send, status, body, [(b"www-authenticate", b"Bearer")])
+        refused = self._refused(ep, scope)
+        if refused is not None:
+            status, body = refused
+            await _answer(send, status, body, [(b"www-authenticate", b"Bearer")] if status == 401 else [])
             return status
         try:
             if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
@@ -240,6 +247,22 @@ class RouteProxy:
             return await self._forward(ep, worker, scope, receive, send, forwarded, content)
         finally:
             self.plane.release_route_worker(ep, worker)
+
+    def _refused(self, ep: EndpointState, scope: Scope) -> tuple[int, bytes] | None:
+        """The answer to a request whose key may not call ``ep``; None when it may (``INVOKE``)."""
+        try:
+            who = principal_of(Request(scope), self.state)
+        except HTTPException:
+            return _error("unauthorized", UNAUTHORIZED, 401)
+        if caller_worker(who) is not None:
+            return _error("forbidden", CALLER_REFUSED, 403)
+        decision = decide_endpoint(who, Operation.INVOKE, *app_env_of(ep.spec.key))
+        if decision is ALLOW:
+            return None
+        if isinstance(decision, Forbidden):
+            return _error("forbidden", decision.message(), 403)
+        # one it may not see: the answer of a path no endpoint serves (the app's own 404)
+        return _error("not_found", f"no route {scope.get('method', '')} {scope['path']}", 404)
 
     async def _read_body(self, receive: Receive) -> bytes | None:
         """The whole request body, refused past the limit while it streams in (nothing is forwarded before it is

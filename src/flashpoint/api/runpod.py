@@ -11,18 +11,31 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from flashpoint.access import Operation
 from flashpoint.api.errors import body as error_body, status_of
+from flashpoint.api.guard import (
+    UNAUTHORIZED,
+    authorize_job,
+    caller_worker,
+    find_endpoint,
+    key_state,
+    keyless,
+    principal_of,
+    resolve_endpoint,
+    submitter,
+)
 from flashpoint.api.loopguard import UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE, json_typed
 from flashpoint.api.webhooks import check_webhook_url
-from flashpoint.api.workers import json_response, key_matches
+from flashpoint.api.workers import json_response
 from flashpoint.errors import BadInputError, Error, NotFoundError
-from flashpoint.jobs import Job, JobStatus
-from flashpoint.scheduler.credentials import bearer, caller_of
+from flashpoint.jobs import SUBMITTED_BY_KEY, Job, JobStatus
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.spec import split_endpoint_id
 from flashpoint.wire import codec
 
 #: keys of a job request, besides ``input``, that are handed to the worker as they are
@@ -63,11 +76,22 @@ def _positive_ms(policy: dict[str, Any], key: str, maximum: int) -> int | None:
 
 async def _job_request(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Job:
     """Parse and check a /run or /runsync body, then submit it: nothing is stored unless every check passes."""
-    plane.endpoint(endpoint)  # 404 before anything else
+    ep = resolve_endpoint(request, plane, endpoint, Operation.INVOKE)  # 404 (or 403) before anything else
     raw = await request.body()
+    return submit_checked(plane, ep.spec.key, parse_body(raw), intake, size=len(raw), record=job_record(request))
+
+
+def job_record(request: Request) -> dict[str, Any]:
+    """What the server notes in a job's ``flashpoint`` metadata about who submitted it: the key's name (which the job
+    keeps as ``submitted_by``) and the worker whose caller key it was."""
+    record: dict[str, Any] = {}
+    name = submitter(request)
+    if name is not None:
+        record[SUBMITTED_BY_KEY] = name
     caller = request.scope.get(CALLER_SCOPE_KEY)
-    record = None if caller is None else {"caller": caller}  # the worker whose caller key started it
-    return submit_checked(plane, endpoint, parse_body(raw), intake, size=len(raw), record=record)
+    if caller is not None:
+        record["caller"] = caller
+    return record
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -169,12 +193,33 @@ def _has_pickle(payload: Any, meta: dict[str, Any] | None) -> bool:
     return any(isinstance(v, dict) and codec.PICKLE_KEY in v for v in (payload, init))
 
 
-def _own_job(plane: ControlPlane, endpoint: str, job_id: str, caller: str | None = None) -> Job:
-    """Job ``job_id`` of ``endpoint``; with a ``caller`` (a worker's caller key), only a job that worker started."""
+def _own_job(request: Request, plane: ControlPlane, endpoint: str, job_id: str) -> Job:
+    """Job ``job_id`` of ``endpoint`` (its id, or the bare name it resolves from), when the request's key may reach it
+    (its own job: ``INVOKE``; another's: ``READ``); with a worker's caller key, only a job that worker started. Any
+    other job answers as one that does not exist."""
     job = plane.job(job_id)
-    if job.endpoint != endpoint or (caller is not None and not started_by(job, caller)):
-        raise NotFoundError(f"endpoint {endpoint!r} has no job {job_id!r}")
+    caller = request_caller(request)
+
+    def missing() -> NotFoundError:
+        return NotFoundError(f"endpoint {endpoint!r} has no job {job_id!r}")
+
+    if not _of_endpoint(request, plane, job, endpoint) or (caller is not None and not started_by(job, caller)):
+        raise missing()
+    authorize_job(request, job, missing)
     return job
+
+
+def _of_endpoint(request: Request, plane: ControlPlane, job: Job, endpoint: str) -> bool:
+    """Whether the path's ``endpoint`` names the job's: its id, or a bare name that resolves to it for this key."""
+    if job.endpoint == endpoint:
+        return True
+    parts = split_endpoint_id(job.endpoint)
+    if parts is None or parts[2] != endpoint:
+        return False
+    try:
+        return find_endpoint(plane, principal_of(request), endpoint).spec.key == job.endpoint
+    except Error:
+        return False
 
 
 def started_by(job: Job, caller: str) -> bool:
@@ -212,22 +257,20 @@ def query_ms(request: Request, name: str, default: int, low: int, high: int) -> 
     return value
 
 
-def _route(
-    path: str, method: str, handler: Handler, plane: ControlPlane, keys: tuple[str, ...], intake: Intake
-) -> Route:
+def _route(path: str, method: str, handler: Handler, plane: ControlPlane, state: Any, intake: Intake) -> Route:
     async def endpoint(request: Request) -> Response:
         if request.method != method:  # checked here: a bare router would answer 405 in plain text
             return json_response(error_body("method_not_allowed", f"use {method} {request.url.path}"), 405)
-        header = request.headers.get("authorization")
-        if keys and not key_matches(header, keys):
-            caller = caller_of(bearer(header), plane.worker_credential)
-            if caller is None:
-                message = "missing or wrong API key: send Authorization: Bearer KEY (or the raw key)"
-                return json_response(error_body("unauthorized", message), 401)
+        try:
+            who = principal_of(request, state)
+        except HTTPException:
+            return json_response(error_body("unauthorized", UNAUTHORIZED + " (or the raw key)"), 401)
+        caller = caller_worker(who)
+        if caller is not None:
             if handler not in CALLER_HANDLERS:
                 return json_response(error_body("forbidden", CALLER_REFUSED), 403)
-            request.scope[CALLER_SCOPE_KEY] = caller[1]
-        elif not keys and handler in JSON_HANDLERS and not json_typed(request.headers.get("content-type")):
+            request.scope[CALLER_SCOPE_KEY] = caller
+        elif keyless(state) and handler in JSON_HANDLERS and not json_typed(request.headers.get("content-type")):
             # without a key, a body any web page could send (a form, text/plain) submits nothing (api/loopguard.py)
             return json_response(error_body(UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE), 415)
         try:
@@ -256,35 +299,37 @@ async def _runsync(request: Request, plane: ControlPlane, endpoint: str, intake:
 
 
 async def _status(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    job = _own_job(plane, endpoint, request.path_params["job_id"], request_caller(request))
+    job = _own_job(request, plane, endpoint, request.path_params["job_id"])
     return json_response(job.view().to_json())
 
 
 async def _stream(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
     wait = query_ms(request, "wait", 0, 0, 60_000)  # flashpoint's extension: hold for a chunk up to this long
-    job = _own_job(plane, endpoint, request.path_params["job_id"], request_caller(request))
+    job = _own_job(request, plane, endpoint, request.path_params["job_id"])
     view, chunks = await plane.read_chunks(job.id, wait / 1000)
     # each chunk is {"output": ...}, with its encoding beside it when a worker sent it binary to an SDK caller
     return json_response({"id": view.id, "status": view.status.value, "stream": chunks})
 
 
 async def _cancel(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    job = _own_job(plane, endpoint, request.path_params["job_id"], request_caller(request))
+    job = _own_job(request, plane, endpoint, request.path_params["job_id"])
     view = plane.cancel(job.id)
     return json_response({"id": view.id, "status": view.status.value})
 
 
 async def _retry(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    job = plane.retry(_own_job(plane, endpoint, request.path_params["job_id"]).id)
+    job = plane.retry(_own_job(request, plane, endpoint, request.path_params["job_id"]).id)
     return json_response({"id": job.id, "status": JobStatus.IN_QUEUE.value})  # as for /run
 
 
 async def _purge(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    return json_response({"removed": plane.purge(endpoint), "status": "completed"})
+    # it removes every caller's queued jobs, as cancelling another key's job would: READ (decision 0100)
+    ep = resolve_endpoint(request, plane, endpoint, Operation.READ)
+    return json_response({"removed": plane.purge(ep.spec.key), "status": "completed"})
 
 
 async def _health(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Response:
-    return json_response(plane.health(endpoint))
+    return json_response(plane.health(resolve_endpoint(request, plane, endpoint, Operation.INVOKE).spec.key))
 
 
 #: the routes that read a JSON body: without a key, they take only one declared ``application/json`` (else 415)
@@ -293,8 +338,13 @@ JSON_HANDLERS: frozenset[Handler] = frozenset({_run, _runsync})
 CALLER_HANDLERS: frozenset[Handler] = frozenset({_run, _runsync, _status, _stream, _cancel})
 
 
-def client_routes(plane: ControlPlane, api_keys: tuple[str, ...], intake: Intake) -> list[Route]:
-    """Runpod's client API for ``plane``; with ``api_keys`` empty, no key is asked for."""
+def client_routes(plane: ControlPlane, api_keys: tuple[str, ...], intake: Intake, *, state: Any = None) -> list[Route]:
+    """Runpod's client API for ``plane``; with ``api_keys`` empty, no key is asked for. ``state``: where the keys are
+    read at each request (the FastAPI app's ``state``: ``api_keys``, ``key_lookup``; then ``api_keys`` is unused)."""
+    if state is None:
+        state = key_state(api_keys)
+    if getattr(state, "plane", None) is None:
+        state.plane = plane
     table: list[tuple[str, str, Handler]] = [
         ("/run", "POST", _run),
         ("/runsync", "POST", _runsync),
@@ -305,4 +355,4 @@ def client_routes(plane: ControlPlane, api_keys: tuple[str, ...], intake: Intake
         ("/purge-queue", "POST", _purge),
         ("/health", "GET", _health),
     ]
-    return [_route(path, method, handler, plane, api_keys, intake) for path, method, handler in table]
+    return [_route(path, method, handler, plane, state, intake) for path, method, handler in table]

@@ -192,6 +192,10 @@ class JobSummary(Schema):
     placement: Placement | None
     retries: int
     created_at: float = Field(description="epoch seconds")
+    submitted_by: str | None = Field(
+        description="the name of the key that submitted it: `server` for the server's own keys, `worker:<id>` for a "
+        "worker's caller key, none on a server without keys"
+    )
 
 
 class Jobs(Schema):

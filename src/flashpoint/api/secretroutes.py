@@ -1,6 +1,7 @@
-"""``/v1/secrets``: the server's secrets over HTTP, for the admin key (the server's own keys; a worker's caller key is
-refused): ``GET`` lists names, apps and dates; ``PUT /v1/secrets/{name}`` sets a value from the JSON body
-``{"value": ...}``; ``DELETE`` removes one. ``?app=A`` scopes a secret to an app. No answer ever holds a value, and no
+"""``/v1/secrets``: the server's secrets over HTTP: ``GET`` lists names, apps and dates; ``PUT /v1/secrets/{name}``
+sets a value from the JSON body ``{"value": ...}``; ``DELETE`` removes one. ``?app=A`` scopes a secret to an app.
+Server-wide secrets (and the list of every one) are the access rule's ``ADMIN``; an app's own are its ``DEPLOY``
+(``api/guard.py``); a worker's caller key is refused. No answer ever holds a value, and no
 error quotes one. ``flashpoint serve`` mounts it over its store (``hosting/secretstore.py``); servers without one
 have no such routes.
 """
@@ -12,8 +13,10 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from flashpoint.access import Operation
 from flashpoint.api import schemas
 from flashpoint.api.deps import require_api_key
+from flashpoint.api.guard import authorize
 from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.wire.codec import loads_bounded
 
@@ -47,6 +50,14 @@ def _store(request: Request) -> Secrets:
     return store
 
 
+def _allow(request: Request, app: str | None) -> None:
+    # an app's secrets are the app's DEPLOY (decision 0094); server-wide ones, and all of them at once, ADMIN
+    if app is None:
+        authorize(request, Operation.ADMIN, None, None)
+    else:
+        authorize(request, Operation.DEPLOY, app, None)
+
+
 def info_json(info: Any) -> dict[str, Any]:
     """What may be shown of a secret: never its value."""
     return {"name": info.name, "app": info.app, "created": info.created, "updated": info.updated}
@@ -54,12 +65,14 @@ def info_json(info: Any) -> dict[str, Any]:
 
 @router.get("/secrets", summary="List secrets: names, apps and dates, never values")
 async def list_secrets(request: Request, app: AppQuery = None) -> dict[str, Any]:
+    _allow(request, app)
     infos = _store(request).list(app=app, every=app is None)
     return {"secrets": [info_json(info) for info in infos]}
 
 
 @router.put("/secrets/{name}", summary='Set a secret from the body {"value": "..."}; answers without the value')
 async def set_secret(request: Request, name: str, app: AppQuery = None) -> dict[str, Any]:
+    _allow(request, app)
     try:
         body = loads_bounded(await request.body())
     except (ValueError, UnicodeDecodeError):
@@ -71,6 +84,7 @@ async def set_secret(request: Request, name: str, app: AppQuery = None) -> dict[
 
 @router.delete("/secrets/{name}", summary="Delete a secret")
 async def delete_secret(request: Request, name: str, app: AppQuery = None) -> dict[str, Any]:
+    _allow(request, app)
     if not _store(request).delete(name, app=app):
         where = f" of app {app!r}" if app is not None else " (server-wide)"
         raise NotFoundError(f"no secret {name!r}{where}; `flashpoint secret list` shows them")

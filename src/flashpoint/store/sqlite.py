@@ -50,15 +50,25 @@ def _migrate_2(conn: sqlite3.Connection) -> None:
         )
 
 
+def _migrate_3(conn: sqlite3.Connection) -> None:
+    """Version 3: the name of the key that submitted a job, in a column of its own, written once at insert (jobs of
+    earlier versions have none)."""
+    conn.execute("alter table jobs add column submitted_by text")
+
+
 #: MIGRATIONS[n - 1] takes a file from schema version n - 1 to n; the version lives in ``PRAGMA user_version``
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1, _migrate_2)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1, _migrate_2, _migrate_3)
 #: the schema version this code writes
 SCHEMA_VERSION = len(MIGRATIONS)
 
-#: the columns beside ``data``, in the order ``_to_row`` returns them; ``input`` is written by ``add`` only
+#: the columns beside ``data``, in the order ``_to_row`` returns them; ``input`` and ``submitted_by`` are written by
+#: ``add`` only (neither ever changes)
 COLUMNS = ("id", "endpoint", "status", "created_at", "expires_at")
-_SELECT = "select id, endpoint, status, created_at, data, input from jobs"
-_INSERT = "insert into jobs (id, endpoint, status, created_at, expires_at, data, input) values (?, ?, ?, ?, ?, ?, ?)"
+_SELECT = "select id, endpoint, status, created_at, data, input, submitted_by from jobs"
+_INSERT = (
+    "insert into jobs (id, endpoint, status, created_at, expires_at, data, input, submitted_by) "
+    "values (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _UPDATE = "update jobs set endpoint = ?, status = ?, created_at = ?, expires_at = ?, data = ? where id = ?"
 _UNFINISHED = tuple(status.value for status in JobStatus if status not in TERMINAL)
 
@@ -118,8 +128,9 @@ def _to_row(job: Job) -> Row:
 
 
 def _from_row(row: Sequence[Any]) -> Job:
-    """The inverse of ``_to_row`` for a ``_SELECT`` row: ``(id, endpoint, status, created_at, data, input)``."""
-    job_id, endpoint, status, created_at, text, input_text = row
+    """The inverse of ``_to_row`` for a ``_SELECT`` row: ``(id, endpoint, status, created_at, data, input,
+    submitted_by)``."""
+    job_id, endpoint, status, created_at, text, input_text, submitted_by = row
     data = json.loads(text)
     # a key missing from ``data`` takes the Job default, so a later version may add fields without a migration
     fields: dict[str, Any] = {name: data[name] for name in _PLAIN if name in data}
@@ -146,6 +157,7 @@ def _from_row(row: Sequence[Any]) -> Job:
         status=JobStatus(status),
         created_at=created_at,
         size=len(input_text or ""),
+        submitted_by=submitted_by,
         **fields,
     )
 
@@ -292,7 +304,7 @@ class SQLiteJobStore:
     # the JobStore verbs
 
     def add(self, job: Job) -> None:
-        row = (*_to_row(job), _json(job, job.input))
+        row = (*_to_row(job), _json(job, job.input), job.submitted_by)
         with self._lock:
             conn = self._writer()
             try:
