@@ -34,6 +34,8 @@ COVERED_BY = {
     "flashpoint.backends.ray": "ray/test_local_ray.py",
     "flashpoint.backends.rayship": "ray/test_rayship.py",
     "flashpoint.backends.stub": "scheduler/test_supervision.py",
+    "flashpoint.cli.apps": "cli/test_deploy_cli.py",
+    "flashpoint.cli.deploy": "cli/test_deploy_cli.py",
     "flashpoint.cli.dev": "e2e/test_dev.py",
     "flashpoint.cli.venv": "cli/test_venv_cli.py",
     "flashpoint.cli.explain": "cli/test_cli_inert.py",
