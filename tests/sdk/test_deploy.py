@@ -172,6 +172,12 @@ def test_413_keeps_its_code_and_the_servers_advice() -> None:
     assert isinstance(bare, BadInputError) and bare.code == "payload_too_large" and "too large" in str(bare)
 
 
+def test_404_from_a_server_without_the_routes_says_so() -> None:
+    error = _error(404, {"detail": "Not Found"})
+    assert isinstance(error, NotFoundError)
+    assert "has no /v1/apps/shop/envs/production/versions: is it a `flashpoint serve` that takes deploys" in str(error)
+
+
 def test_an_answer_with_no_error_body_quotes_the_status_and_the_text() -> None:
     error = _error(502, "Bad Gateway")
     assert type(error) is Error and "HTTP 502" in str(error) and "Bad Gateway" in str(error)

@@ -12,6 +12,7 @@ this machine. Edge module: may import anything in flashpoint, plus typer and ric
 from __future__ import annotations
 
 import datetime
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flashpoint.cli.deploy import EnvOption, progress_line, result_table, server
-from flashpoint.cli.output import console, print_json
+from flashpoint.cli.output import InertConsole, console, print_json
 from flashpoint.cli.target import KeyOption, UrlOption
 from flashpoint.errors import Error
 from flashpoint.hosting.artifacts import pack
@@ -177,11 +178,13 @@ def get_app(
     """Show an app and its environments; inside a folder named as the app, whether its code is what serves."""
     with client(url, key) as c:
         body = c.app(name)
+        if json_output:
+            print_json(body)
+            return
         envs = body["envs"]
-        serving = {e["name"]: serving_digest(c.env(name, e["name"])) for e in envs if e.get("serving") is not None}
-    if json_output:
-        print_json(body)
-        return
+        # the folder check needs each serving version's digest: asked only where the folder is named as the app
+        here = Path.cwd().resolve().name == name
+        serving = {e["name"]: serving_digest(c.env(name, e["name"])) for e in envs if here and e.get("serving")}
     out = console()
     info = body["app"]
     out.print(inert(f"app {info['name']}, created by {info['created_by']} at {when(info['created_at'])}"))
@@ -358,10 +361,11 @@ def rollback(
     """Serve an older version of an app's environment again: the one before, or --to N. No new version is made."""
     name = app_or_folder(app_name)
     out = console()
+    # under --json, progress goes to stderr: stdout is the JSON alone
+    err = InertConsole(highlight=False, emoji=False, markup=False, file=sys.stderr) if json_output else out
 
     def on_stage(step: Progress) -> None:
-        if not json_output:
-            out.print(progress_line(step))
+        err.print(progress_line(step))
 
     with client(url, key) as c:
         first = c.rollback(name, env_name, to=to)

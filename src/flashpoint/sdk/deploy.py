@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from flashpoint.clock import Clock, SystemClock
-from flashpoint.errors import BadInputError, ConfigError, Error
+from flashpoint.errors import BadInputError, ConfigError, Error, NotFoundError
 
 __all__ = [
     "DEFAULT_ENV",
@@ -189,6 +189,11 @@ def error_of(status: int, text: str, *, url: str, has_key: bool, what: str) -> E
         )
     if isinstance(code, str) and isinstance(message, str) and message:
         return error_for(code, message)
+    if status == 404:  # no error body of ours: the route itself is missing
+        return NotFoundError(
+            f"the server at {url} has no {what.partition(' ')[2]}: is it a `flashpoint serve` that takes deploys, "
+            "of this version?"
+        )
     if status == 413:
         return BadInputError(f"the flashpoint server at {url} refused the upload as too large (HTTP 413)",
                              code="payload_too_large")  # fmt: skip
