@@ -16,6 +16,7 @@
     │  └─ JobTimeoutError        the job ended TIMED_OUT
     ├─ BackendError              a worker could not be started or the backend failed
     │  └─ NotReadyError          a worker's home (a Ray actor) was not ready in time: try the next candidate
+    ├─ RolloutFailed             a new version never became ready (build, crash loop, timeout): the old one serves on
     └─ StoreError                persistence failure
 
 Every class has a stable ``code`` used on the wire; the HTTP layer maps classes to statuses in one table.
@@ -172,6 +173,18 @@ class NotReadyError(BackendError):
     """
 
     code = "worker_not_ready"
+
+
+class RolloutFailed(Error):
+    """An endpoint's new version never became ready, so the plane abandoned it and the version before serves on
+    untouched; the message says why in words a person can act on (the build's error, a crash loop's last lines, how
+    many workers were ready when the time ran out)."""
+
+    code = "rollout_failed"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class StoreError(Error):

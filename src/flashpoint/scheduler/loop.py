@@ -35,6 +35,7 @@ from flashpoint.scheduler import departed, planner, readiness, views
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource
 from flashpoint.scheduler.jobbook import JobBook
+from flashpoint.scheduler.launcher import check_secrets
 from flashpoint.scheduler.ownership.leases import DeviceLeases
 from flashpoint.scheduler.ownership.leasing import DeviceLeasing
 from flashpoint.scheduler.placement.index import FleetIndex
@@ -43,18 +44,12 @@ from flashpoint.scheduler.readiness import Probe
 from flashpoint.scheduler.reads import PlaneReads
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.registry import EndpointRegistry
+from flashpoint.scheduler.rollout import Rollouts
 from flashpoint.scheduler.routeserving import RouteServing, not_a_queue_endpoint, oldest_held
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.supervision import WorkerSupervision
-from flashpoint.spec import (
-    EndpointSpec,
-    MissingSecretsError,
-    SecretResolver,
-    WorkerTarget,
-    missing_secrets,
-    no_secrets,
-)
+from flashpoint.spec import EndpointSpec, SecretResolver, WorkerTarget, no_secrets
 from flashpoint.store.base import JobStore
 
 log = logging.getLogger("flashpoint.plane")
@@ -164,6 +159,16 @@ class ControlPlane:
             stop_worker=self.supervision.stop,
             kick=self.kick,
         )
+        self.rollouts = Rollouts(
+            state,
+            registry=self.registry,
+            supervision=self.supervision,
+            envs=self.envs,
+            dispatch=self.protocol.dispatch,
+            serve_held=self.routes.serve_held,
+            take_away=lambda key, reason: self.unregister(key, reason=reason),
+            kick=self.kick,
+        )
         self._next_expiry_check = 0.0
         self._kicked = False
         self._tick_task: asyncio.Task[None] | None = None
@@ -196,6 +201,7 @@ class ControlPlane:
         """Stop every worker; requeue (durable) or cancel (embedded) their jobs. A second call does nothing."""
         if self.state.closing:
             return
+        self.rollouts.close()
         self.state.closing = True
         if self._tick_task is not None:
             self._tick_task.cancel()
@@ -261,6 +267,7 @@ class ControlPlane:
         return worker_credential(self._worker_secret, endpoint, worker_id)
 
     def endpoint(self, name: str) -> EndpointState:
+        """Its id, else the one endpoint with that bare name (``names.resolve``: NotFoundError, ConflictError)."""
         return self.state.endpoint(name)
 
     def job(self, job_id: str) -> Job:
@@ -382,8 +389,11 @@ class ControlPlane:
         self.kick()
 
     def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
-        """The retry rule: a job whose worker is lost goes back to the front of the queue once, then fails."""
-        if job.retries < MAX_RETRIES:
+        """The retry rule: a job whose worker is lost goes back to the front of the queue once, then fails (at once
+        when its endpoint was taken away: no queue of it is served any more)."""
+        if self.endpoints.get(ep.spec.key) is not ep:
+            self.state.finish(job, JobStatus.FAILED, Reason.WORKER_LOST, JobError("WorkerLost", f"{what}"))
+        elif job.retries < MAX_RETRIES:
             log.warning("%s while running job %s; retrying it", what, job.id)
             self.book.back_to_queue(job, retried=True)
             ep.counters["retried"] += 1
@@ -422,6 +432,8 @@ class ControlPlane:
             return
         if self.envs is not None:
             self.envs.start_missing(self.endpoints.values())
+        if self.rollouts.active:  # before the planner: a rollout's new workers take the room it finds first
+            self.rollouts.step()
         plan = self.plan()
         for reclaim in plan.reclaims:
             worker = self.workers.get(reclaim.worker_id)
@@ -451,7 +463,7 @@ class ControlPlane:
             self._expire(wall)
         self.supervision.release_set_aside(now)
         self.leasing.recheck(now)
-        for ep in self.endpoints.values():
+        for ep in [*self.endpoints.values(), *set(self.state.leaving.values())]:  # the taken away finish their jobs
             self.supervision.watch(ep, now, wall)
             for worker in planner.idle_stops(ep, now):
                 log.info("worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.key, now - worker.idle_since)
@@ -482,18 +494,38 @@ class ControlPlane:
         self._check_secrets(spec)
         return self.registry.redeclare(spec, target, code_file)
 
+    async def roll_out(
+        self,
+        spec: EndpointSpec,
+        target: WorkerTarget,
+        code_file: str | None = None,
+        *,
+        timeout_s: float,
+        on_stage: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """Make ``spec`` serve as ``spec.key`` without dropping a job or a request (``scheduler/rollout.py``);
+        ``on_stage(stage, detail)`` hears ``build``, ``warm`` (``"1/2 ready"``), ``switch``. Raises ConflictError (a
+        rollout of it runs), RolloutFailed (abandoned: the version before serves on), MissingSecretsError."""
+        self._check_secrets(spec)
+        await self.rollouts.roll_out(spec, target, code_file, timeout_s=timeout_s, on_stage=on_stage)
+
+    def unregister(self, key: str, *, reason: str) -> int:
+        """Take an endpoint away (undeploy; decision 0099): its rollout is abandoned, queued jobs end FAILED with
+        ``reason``, held requests get its explanation, it leaves lookups and views now; running jobs finish on their
+        workers, which then stop. Returns how many jobs were ended."""
+        ep = self.endpoint(key)
+        self.rollouts.abandon(ep.spec.key, f"the endpoint was taken away: {reason}")
+        ended = len(self.book.queued(ep))
+        # FAILED, not CANCELLED: nobody cancelled them, and a caller's error says what happened (decision 0099)
+        self.state.fail_queued(ep, Reason.SHUTDOWN, JobError("EndpointRemoved", reason))
+        self.routes.give_up_held(ep)
+        release_takers(ep, None)
+        self.registry.unregister(ep)
+        log.info("endpoint %s taken away (%s): %d queued job(s) ended", ep.spec.key, reason, ended)
+        return ended
+
     def _check_secrets(self, spec: EndpointSpec) -> None:
-        """Refuse an endpoint naming a secret this plane has no value for, naming every one (MissingSecretsError)."""
-        if self._secrets is None:
-            missing = missing_secrets(spec.env, lambda name: None)
-            hint = (
-                "this plane keeps no secrets: serve the endpoint with `flashpoint serve` and set each there with "
-                "`flashpoint secret set NAME`, or drop it from the endpoint's env"
-            )
-        else:
-            missing, hint = missing_secrets(spec.env, self._secrets), ""
-        if missing:
-            raise MissingSecretsError(spec.key, missing, hint=hint)
+        check_secrets(spec, self._secrets)
 
     async def take(
         self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None

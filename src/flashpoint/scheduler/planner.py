@@ -121,7 +121,7 @@ def plan(
     # so placement looks at their devices only)
     stopping = WorkerState.STOPPING  # Worker.live, inlined: this pass reads every worker of the fleet
     live_of = {
-        name: [w for w in ep.workers.values() if w.state is not stopping and not w.retiring]
+        name: [w for w in ep.workers.values() if w.state is not stopping and not w.retiring and not w.standby]
         for name, ep in endpoints.items()
     }
     #: live workers per endpoint, less those this plan reclaims
@@ -199,6 +199,11 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
     want = desired(ep, p.live_of[name], p.wall, p.oldest.get(name))
     live = p.live[name]
     holding = len(ep.workers)  # stopping workers still hold devices
+    staged = ep.staged
+    if staged is not None:  # a rollout's standby workers are the next generation's, bounded by its own maximum
+        holding -= sum(1 for w in ep.workers.values() if w.standby)
+        if staged.draining:  # it retires old workers to make room: none of the old generation replaces them
+            want = min(want, live)
     new = 0
     while live + new < want:
         if holding + new >= spec.workers_max:

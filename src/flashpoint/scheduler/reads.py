@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from flashpoint.errors import NotFoundError
 from flashpoint.explain import Explanation
 from flashpoint.fleet.inventory import fleet_summary, nodes_summary
 from flashpoint.jobs import JobStatus, JobView
@@ -45,7 +46,7 @@ class PlaneReads:
 
     def explain_endpoint(self, name: str) -> Explanation:
         ep = self._state.endpoint(name)
-        waiting = self._plan().waiting.get(name, ())
+        waiting = self._plan().waiting.get(ep.spec.key, ())
         fleet = self.fleet_summary(ep.spec)
         return views.explain(ep, None, waiting, position=None, fleet=fleet, notes=self.notes(ep.spec))
 
@@ -95,5 +96,11 @@ class PlaneReads:
     def list_jobs(
         self, endpoint: str | None = None, status: JobStatus | None = None, limit: int = 100
     ) -> list[JobView]:
-        """Jobs, newest first."""
+        """Jobs, newest first; ``endpoint`` resolves as ``endpoint`` does, and one no longer registered is its key (its
+        jobs outlive it)."""
+        if endpoint is not None:
+            try:
+                endpoint = self._state.endpoint(endpoint).spec.key
+            except NotFoundError:
+                pass
         return [job.view() for job in self._state.book.store.list(endpoint=endpoint, status=status, limit=limit)]

@@ -70,10 +70,15 @@ class Worker:
     in_flight: int = 0
     #: a route worker's route secret (``RouteServing.route_secret``), kept once computed: the proxy sends it per request
     route_secret: str = ""
+    #: the endpoint's generation it runs (``EndpointState.generation``; a rollout's staged one while ``standby``)
+    generation: int = 1
+    #: started by a rollout for the endpoint's next generation: it takes no job and serves no request, and counts for
+    #: none of the old generation's scaling, until the endpoint switches to it (``scheduler/rollout.py``)
+    standby: bool = False
 
     @property
     def live(self) -> bool:
-        return self.state is not WorkerState.STOPPING and not self.retiring
+        return self.state is not WorkerState.STOPPING and not self.retiring and not self.standby
 
     def placement(self) -> Placement:
         if not self.devices:
@@ -103,6 +108,8 @@ class Worker:
             "placement": self.placement().to_json(),
             "address": self.address,
             "inFlight": self.in_flight,
+            "generation": self.generation,
+            "standby": self.standby,
         }
 
 
@@ -134,6 +141,20 @@ class EnvStatus:
         """The ``building_environment`` reason's words."""
         line = f"; last line: {self.last_line}" if self.last_line else ""
         return f"its environment (dependencies, key {self.key}) has been building for {now - self.started:.0f}s{line}"
+
+
+@dataclass(slots=True, eq=False)
+class Staged:
+    """An endpoint's next generation while a rollout warms it (``scheduler/rollout.py``): what its workers are started
+    with, and their start failures and back-off, kept apart from the generation serving."""
+
+    #: the generation's number: its workers' ``generation``
+    number: int
+    #: the new spec, target and environment, and the staged workers' start failures and back-off; never registered
+    record: EndpointState
+    code_file: str | None
+    #: an old worker was retired to make room: the old generation starts no worker more until the rollout ends
+    draining: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -169,6 +190,10 @@ class EndpointState:
     #: its ``system_dependencies`` this machine lacks, found at registration (``envgate.check_system``)
     system_missing: tuple[str, ...] = ()
     counters: dict[str, int] = field(default_factory=lambda: {"completed": 0, "failed": 0, "retried": 0})
+    #: which version of its spec, target and code serves: 1 at registration, one more at each rollout's switch
+    generation: int = 1
+    #: the generation a rollout warms beside this one, until it switches or is abandoned
+    staged: Staged | None = None
 
     def live_workers(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.live]

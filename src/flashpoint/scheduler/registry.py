@@ -122,7 +122,14 @@ class EndpointRegistry:
         # new code starts afresh: no back-off left from the failed starts of the old one
         ep.start_failures = ep.start_losses = 0
         ep.next_start_at = 0.0
+        retired = self._retire(ep)
+        self._kick()
+        return retired
 
+    def _retire(self, ep: EndpointState) -> int:
+        """Each live worker of ``ep`` takes nothing new and stops once its running jobs (a route worker: its requests
+        in flight) end; an idle one stops now. A rollout's standby workers are not live: they stay. Returns how many
+        were retired."""
         retired = [worker for worker in ep.workers.values() if worker.live]
         for worker in retired:
             worker.retiring = True
@@ -130,8 +137,25 @@ class EndpointRegistry:
             # (release_route_worker), stops it
             if not worker.jobs and not worker.in_flight:
                 self._stop_worker(worker)
-        self._kick()
         return len(retired)
+
+    def unregister(self, ep: EndpointState) -> None:
+        """Take ``ep`` away (its queue already emptied): its workers retire as ``redeclare`` retires them, and it
+        leaves the plane's lookups, views and plans now, so its key is free for another. Its workers still finishing
+        their jobs keep its record in ``leaving`` until they are gone."""
+        self._retire(ep)
+        key = ep.spec.key
+        if self._state.endpoints.get(key) is ep:
+            del self._state.endpoints[key]
+        if self._state.routed.get(key) is ep:
+            del self._state.routed[key]
+        self._code_files.pop(key, None)
+        self.away.pop(key, None)
+        if self._envs is not None:  # its environment's hold goes (a build in flight finishes for nobody)
+            self._envs.forget(ep)
+        for worker in ep.workers.values():
+            self._state.leaving[worker.id] = ep
+        self._kick()
 
     def remember_departed(self, fleet: Fleet, now: float) -> None:
         """The fleet becomes ``fleet`` (the index still holds the one before): the nodes it lacks are remembered as

@@ -39,13 +39,14 @@ _IDLE, _RUNNING = WorkerState.IDLE, WorkerState.RUNNING
 
 
 def least_in_flight(workers: Iterable[Worker]) -> Worker | None:
-    """The worker a request goes to: of the ready, live ones (IDLE or RUNNING, not retiring), the one with the fewest
-    requests in flight; on a tie the first given (an endpoint's workers are given in start order, so the oldest: load
-    gathers on old workers and the newest go idle first, which is what scale-down stops). None: no worker is ready."""
+    """The worker a request goes to: of the ready, live ones (IDLE or RUNNING, not retiring, not a rollout's standby),
+    the one with the fewest requests in flight; on a tie the first given (an endpoint's workers are given in start
+    order, so the oldest: load gathers on old workers and the newest go idle first, which is what scale-down stops).
+    None: no worker is ready."""
     best: Worker | None = None
     for worker in workers:
         state = worker.state
-        if (state is _IDLE or state is _RUNNING) and not worker.retiring:
+        if (state is _IDLE or state is _RUNNING) and not worker.retiring and not worker.standby:
             if best is None or worker.in_flight < best.in_flight:
                 best = worker
                 if not worker.in_flight:
@@ -195,8 +196,9 @@ class RouteServing:
         ):
             self._kick()
 
-    def _serve_held(self, ep: EndpointState) -> None:
-        """Hand held requests, oldest first, to the ready workers (a worker just became ready)."""
+    def serve_held(self, ep: EndpointState) -> None:
+        """Hand held requests, oldest first, to the ready workers (a worker just became ready, or a rollout switched
+        to its new ones)."""
         held = ep.held
         while held:
             future = held[0][1]
@@ -263,7 +265,7 @@ class RouteServing:
         worker.idle_since = self._clock.monotonic()
         ep.start_failures = ep.start_losses = 0
         log.info("worker %s of %s is ready at %s", worker.id, worker.endpoint, worker.address)
-        self._serve_held(ep)
+        self.serve_held(ep)
         self._kick_if_someone_waits()
 
     def _never_ready(self, worker: Worker, status: int | None) -> None:

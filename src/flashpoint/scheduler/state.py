@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flashpoint.clock import Clock
-from flashpoint.errors import NotFoundError
 from flashpoint.jobs import Job, JobError, JobStatus, Reason
+from flashpoint.scheduler import names
 from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState, Worker
@@ -32,17 +32,23 @@ class PlaneState:
     routed: dict[str, EndpointState] = field(default_factory=dict)
     #: every worker not yet gone, by id (each is also in its endpoint's ``workers``)
     workers: dict[str, Worker] = field(default_factory=dict)
+    #: the workers of endpoints taken away (``unregister``) that still finish their jobs, by id, with that endpoint's
+    #: record: it is no longer in ``endpoints`` (a new one of the same key may be), so their exit finds it here
+    leaving: dict[str, EndpointState] = field(default_factory=dict)
     #: the plane is closing: nothing is started or reconciled, and a worker's exit is expected
     closing: bool = False
 
     def endpoint(self, name: str) -> EndpointState:
-        """The endpoint of that name; raises NotFoundError naming the endpoints there are."""
-        try:
-            return self.endpoints[name]
-        except KeyError:
-            raise NotFoundError(
-                f"no endpoint named {name!r}; endpoints: {', '.join(sorted(self.endpoints)) or 'none'}"
-            ) from None
+        """The endpoint ``name`` means: its id (key), or a bare name one endpoint alone has (``names.resolve``).
+
+        Raises:
+            NotFoundError: none has it (naming the endpoints there are).
+            ConflictError: several apps' endpoints have that bare name (naming their ids).
+        """
+        ep = self.endpoints.get(name)
+        if ep is not None:  # the common case, a dict lookup: callers mostly pass keys
+            return ep
+        return self.endpoints[names.resolve(name, {key: e.spec.name for key, e in self.endpoints.items()})]
 
     def finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
         """End a job in the book, counted in its endpoint's counters (when it still has one)."""
