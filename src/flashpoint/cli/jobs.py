@@ -91,7 +91,8 @@ def jobs(
         return
     several = len(found) > 1
     table = Table(title_justify="left", padding=(0, 1))
-    for column in ("id", "endpoint", "status", "created", "waited", "ran", "where", *(("process",) if several else ())):
+    columns = ("id", "endpoint", "status", "by", "created", "waited", "ran", "where", *(("process",) if several else ()))
+    for column in columns:
         table.add_column(column, justify="right" if column in ("waited", "ran") else "left", no_wrap=column == "id")
     for plane, raw in listed:
         job = inert_data(raw)
@@ -99,6 +100,7 @@ def jobs(
             job["id"],
             Text(job["endpoint"]),
             _status_text(job),
+            Text(job.get("submittedBy") or "-"),
             clock(job.get("createdAt")),
             duration_ms(job.get("delayTime")),
             duration_ms(job.get("executionTime")),
@@ -163,6 +165,8 @@ def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
     grid.add_row("job", Text(body["id"]))
     grid.add_row("status", _status_text(body))
     grid.add_row("endpoint", Text(body["endpoint"]))
+    if body.get("submittedBy"):  # the key that submitted it (a server without keys records none)
+        grid.add_row("submitted by", Text(body["submittedBy"]))
     grid.add_row("on", Text(describe(plane)))
     grid.add_row("placement", Text(_placement_text(body.get("placement"))))
     if body.get("workerId"):

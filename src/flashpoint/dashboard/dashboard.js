@@ -12,7 +12,7 @@
 // - The API key is asked once, kept in this tab's sessionStorage and sent as "Authorization: Bearer KEY".
 
 import { ApiError, AuthError, api, jobsPath } from "./api.js";
-import { $, el } from "./dom.js";
+import { $, el, replace } from "./dom.js";
 import { drawEndpoints, drawFleet } from "./fleet.js";
 import { drawDetailAnswer, drawJobs, hideDetail, showSelected } from "./jobs.js";
 import { KEY_STORAGE, actions, state } from "./state.js";
@@ -37,12 +37,18 @@ async function tick() {
   const generation = state.generation;
   const job = state.job;
   try {
-    const reads = [api("/v1/fleet"), api("/v1/endpoints"), api(jobsPath())];
+    // the fleet is the admin's (a 403 for other keys, drawn as such); endpoints and jobs come filtered to the key
+    const fleetRead = api("/v1/fleet").catch((e) => {
+      if (e instanceof ApiError && e.status === 403) return e;
+      throw e;
+    });
+    const reads = [fleetRead, api("/v1/endpoints"), api(jobsPath())];
     if (job) reads.push(api("/v1/jobs/" + encodeURIComponent(job)).catch((e) => e));
     const [fleet, endpoints, jobs, detail] = await Promise.all(reads);
     if (generation !== state.generation) return; // the question changed while it was asked
     showMain();
-    draw("fleet", fleet, drawFleet);
+    if (fleet instanceof ApiError) drawFleetRefused(fleet.message);
+    else draw("fleet", fleet, drawFleet);
     draw("endpoints", endpoints, drawEndpoints);
     draw("jobs", jobs, drawJobs);
     if (job) drawDetailAnswer(job, detail);
@@ -83,6 +89,14 @@ function draw(section, text, drawer) {
   if (state.seen[section] === text) return;
   state.seen[section] = text;
   drawer(JSON.parse(text));
+}
+
+// a key that may not read the fleet: the server's words (which name the scope needed) in its place
+function drawFleetRefused(message) {
+  if (state.seen.fleet === message) return;
+  state.seen.fleet = message;
+  $("fleet-summary").textContent = "";
+  replace($("fleet-body"), el("p", { cls: "empty", text: message }));
 }
 
 function setBanner(text) {

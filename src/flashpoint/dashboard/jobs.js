@@ -27,11 +27,12 @@ export function drawJobs(body) {
       el("td", null, pill(j.status, "s-" + j.status)),
       el("td", { text: j.reason || "" }),
       el("td", { text: time(j.createdAt) }),
+      el("td", { cls: "mono", text: j.submittedBy || "—" }),
       el("td", { text: ms(j.delayTime) }),
       el("td", { text: ms(j.executionTime) }),
     ),
   );
-  replace($("jobs-body"), table(["Job", "Endpoint", "Status", "Reason", "Submitted", "Waited", "Ran"], rows));
+  replace($("jobs-body"), table(["Job", "Endpoint", "Status", "Reason", "Submitted", "By", "Waited", "Ran"], rows));
 }
 
 // a job was picked (dashboard.js has put it in state and the fragment): mark its row, open the detail until it loads
@@ -103,6 +104,7 @@ function drawDetail(job) {
       "dl",
       null,
       el("dt", { text: "endpoint" }), el("dd", null, endpointLink(job.endpoint)),
+      el("dt", { text: "submitted by" }), el("dd", { cls: "mono", text: job.submittedBy || "—" }),
       el("dt", { text: "reason" }), el("dd", { cls: "reason-code", text: job.reason || "—" }),
       el("dt", { text: "worker" }), el("dd", { cls: "mono", text: job.workerId || "—" }),
       el("dt", { text: "retries" }), el("dd", { text: String(job.retries) }),
