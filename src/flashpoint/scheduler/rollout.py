@@ -290,6 +290,7 @@ class Rollouts:
             if len(ep.workers) == before:  # it could not start (a lease elsewhere, a launch that failed)
                 return
             wanted -= 1
+            starting += 1
         draining = any(worker_id in ep.workers for worker_id in r.drained)
         if not may_drain(fits=False, wanted=wanted, draining=draining, starting=starting):
             return
