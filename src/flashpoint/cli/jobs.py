@@ -91,7 +91,17 @@ def jobs(
         return
     several = len(found) > 1
     table = Table(title_justify="left", padding=(0, 1))
-    columns = ("id", "endpoint", "status", "by", "created", "waited", "ran", "where", *(("process",) if several else ()))
+    columns = (
+        "id",
+        "endpoint",
+        "status",
+        "by",
+        "created",
+        "waited",
+        "ran",
+        "where",
+        *(("process",) if several else ()),
+    )
     for column in columns:
         table.add_column(column, justify="right" if column in ("waited", "ran") else "left", no_wrap=column == "id")
     for plane, raw in listed:
