@@ -71,6 +71,9 @@ def _own_lease_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     # per-endpoint environments are built in this run's own cache (shared by its tests: one build per requirement
     # set), never in the user's ~/.flashpoint/envs
     monkeypatch.setenv("FLASHPOINT_ENV_DIR", str(tmp_path_factory.getbasetemp() / "envs"))
+    # a server started without --data-dir keeps its jobs, deployments, keys and secrets in the test's own folder,
+    # never in the user's ~/.flashpoint/server
+    monkeypatch.setenv("FLASHPOINT_DATA_DIR", str(tmp_path_factory.getbasetemp() / "data" / str(next(_lease_dirs))))
 
 
 def seed_path() -> Path:

@@ -89,7 +89,7 @@ def ok(result: Any) -> str:
 
 
 def call(url: str, data: dict[str, Any]) -> Any:
-    answer = httpx.post(f"{url}/runsync", json={"input": data}, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    answer = httpx.post(f"{url}/runsync", json={"input": {"data": data}}, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
     answer.raise_for_status()
     return answer.json()["output"]
 

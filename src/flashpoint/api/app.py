@@ -39,9 +39,11 @@ def create_app(
     route_wait_s: float = 60.0,
     on_startup: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    body_exempt: Callable[[Scope], bool] | None = None,
 ) -> FastAPI:
     """Build the app over a plane; ``on_startup``/``on_shutdown`` run on the server's loop (start, recover, close).
-    ``route_wait_s``: how long a request to a route endpoint waits for a ready worker before a 503."""
+    ``route_wait_s``: how long a request to a route endpoint waits for a ready worker before a 503. ``body_exempt``:
+    the requests whose route bounds its body itself (``approutes.is_upload``)."""
     webhooks: list[Webhooks] = []
 
     @asynccontextmanager
@@ -82,7 +84,7 @@ def create_app(
     app.state.metrics = metrics
     app.router.routes.append(metrics_route(metrics))
     app.router.routes.extend(dashboard_routes())  # the page needs no key; its calls to /v1 do
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, exempt=body_exempt)
     return app
 
 

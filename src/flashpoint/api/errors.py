@@ -36,7 +36,13 @@ def body(code: str, message: str, **details: Any) -> dict[str, Any]:
     return {"error": message, "code": code, "message": message, **details}
 
 
+#: codes whose status is not their type's: an upload over a limit is 413 whichever check found it
+STATUS_BY_CODE = {"payload_too_large": 413}
+
+
 def status_of(exc: errors.Error) -> int:
+    if exc.code in STATUS_BY_CODE:
+        return STATUS_BY_CODE[exc.code]
     for kind in type(exc).__mro__:
         if kind in STATUS:
             return STATUS[kind]

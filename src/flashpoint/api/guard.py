@@ -58,10 +58,17 @@ KeyLookup = Callable[[str], Principal | None]
 class KeyRecord(Protocol):
     """What ``principal_lookup`` reads of a key store's answer (``hosting.keystore.KeyInfo``)."""
 
-    name: str
-    scope: str
-    app: str | None
-    env: str | None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def scope(self) -> str: ...
+
+    @property
+    def app(self) -> str | None: ...
+
+    @property
+    def env(self) -> str | None: ...
 
 
 class LooksUpKeys(Protocol):

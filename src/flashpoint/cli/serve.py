@@ -1,5 +1,5 @@
-"""``flashpoint serve APP``: serve the endpoints of an app (a file, a module or a project folder) behind Runpod's
-HTTP API, with durable jobs.
+"""``flashpoint serve [APP]``: the team's GPU server: the apps deployed to it, and the endpoints of APP (a file, a
+module or a project folder) when given, behind Runpod's HTTP API, with durable jobs.
 
 Edge module: may import anything in flashpoint, plus typer.
 """
@@ -15,6 +15,7 @@ import typer
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
 from flashpoint.hosting import console
+from flashpoint.hosting.artifacts import DEFAULT_LIMIT
 from flashpoint.hosting.server import Server
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.wire import codec
@@ -42,20 +43,31 @@ BodyTimeoutOption = Annotated[
 
 def serve(
     app: Annotated[
-        str,
+        str | None,
         typer.Argument(
-            help="The app: path/to/app.py or package.module, optionally :attr; or a project folder (every .py file "
-            "its .gitignore and .flashignore keep, as `flashpoint dev` reads it)."
+            help="The app to serve from the start: path/to/app.py or package.module, optionally :attr; or a project "
+            "folder (every .py file its .gitignore and .flashignore keep, as `flashpoint dev` reads it). None: an "
+            "empty server, for the apps `flashpoint deploy` sends it."
         ),
-    ],
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs an API key.")] = (
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one and prints it).")] = 8000,
-    db: Annotated[Path, typer.Option(help="SQLite file that keeps every accepted job.")] = Path(".flashpoint/jobs.db"),
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite file that keeps every accepted job (default: DATA_DIR/jobs.db).")
+    ] = None,
     data_dir: Annotated[
-        Path, typer.Option(help="The server's data directory: the secrets endpoints name (`flashpoint secret set`).")
+        Path,
+        typer.Option(
+            envvar="FLASHPOINT_DATA_DIR",
+            help="The server's data directory: its jobs, the apps deployed to it (versions and their files), its "
+            "keys and the secrets endpoints name.",
+        ),
     ] = DEFAULT_DATA_DIR,
+    max_artifact_mb: Annotated[
+        float, typer.Option(help="Largest project `flashpoint deploy` may upload, in MB (Flash's limit: 1500).")
+    ] = DEFAULT_LIMIT / _MIB,
     api_key: Annotated[
         list[str] | None,
         typer.Option("--api-key", help="An accepted API key (repeat for several); adds to FLASHPOINT_API_KEY."),
@@ -115,8 +127,9 @@ def serve(
         ),
     ] = "info",
 ) -> None:
-    """Serve the endpoints of APP (a file, a module or a project folder): Runpod's /v2 API, HTTP-route endpoints
-    under /NAME/, the native /v1 API and /metrics, until SIGINT or SIGTERM."""
+    """Serve the apps deployed to this server (`flashpoint deploy`) and APP when given (a file, a module or a project
+    folder): Runpod's /v2 API, HTTP-route endpoints under /NAME/, the native /v1 API and /metrics, until SIGINT or
+    SIGTERM."""
     if log_level.lower() not in console.LEVEL_NAMES:
         raise ConfigError(f"--log-level is one of {', '.join(console.LEVEL_NAMES)}; got {log_level!r}")
     console.configure(log_level.lower())
@@ -140,6 +153,7 @@ def serve(
         port=port,
         db=db,
         data_dir=data_dir,
+        max_artifact_bytes=int(max_artifact_mb * _MIB),
         api_keys=tuple(keys),
         max_body_bytes=int(max_body_mb * _MIB),
         allow_pickle=allow_pickle,

@@ -9,20 +9,26 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
 from flashpoint.hosting import announce, console, shapes
+from flashpoint.hosting.artifacts import DEFAULT_LIMIT, ArtifactStore
 from flashpoint.hosting.plane import PlaneRole, app_simulated, build_plane, http_url, listening_socket, loopback
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.spec import WorkerTarget
 from flashpoint.wire import codec
+
+if TYPE_CHECKING:
+    from flashpoint.hosting.deploying import DeployManager
+    from flashpoint.scheduler.loop import ControlPlane
 
 log = logging.getLogger("flashpoint.server")
 
@@ -75,13 +81,14 @@ class Server:
 
     def __init__(
         self,
-        target: str,
+        target: str | None,
         *,
         settings: Settings,
         host: str = "127.0.0.1",
         port: int = 8000,
-        db: str | os.PathLike[str] = ".flashpoint/jobs.db",
+        db: str | os.PathLike[str] | None = None,
         data_dir: str | os.PathLike[str] | None = None,
+        max_artifact_bytes: int = DEFAULT_LIMIT,
         api_keys: tuple[str, ...] = (),
         max_body_bytes: int = 10 * 1024 * 1024,
         allow_pickle: bool = False,
@@ -94,9 +101,12 @@ class Server:
         max_queued_bytes: int = MAX_QUEUED_BYTES,
         route_wait_s: float | None = None,
     ) -> None:
-        """``route_wait_s``: how long a request to a route endpoint waits for a ready worker (default: the settings',
-        ``FLASHPOINT_ROUTE_WAIT_S``, 60 s). ``data_dir``: the server's data directory, whose ``secrets/`` the
-        endpoints' ``env`` may name (None: no secrets; ``flashpoint serve`` gives ``~/.flashpoint/server``)."""
+        """``target``: the app to serve from the start (a file, module or project folder; None: an empty server, for
+        apps deployed to it). ``route_wait_s``: how long a request to a route endpoint waits for a ready worker
+        (default: the settings', ``FLASHPOINT_ROUTE_WAIT_S``, 60 s). ``data_dir``: the server's data directory: its
+        job database (``jobs.db``, unless ``db`` names one), deployments, artifacts, keys and the secrets endpoints
+        name (None: none of those but the jobs, in ``db`` or ``.flashpoint/jobs.db``; ``flashpoint serve`` gives
+        ``~/.flashpoint/server``). ``max_artifact_bytes``: the largest project a deploy may upload."""
         if any(not key.strip() for key in api_keys):
             raise ConfigError(
                 "an API key is blank, so no request could match it; pass real keys (e.g. FLASHPOINT_API_KEY="
@@ -120,11 +130,17 @@ class Server:
                 "a key any local user or web page that reaches it could send one. Set FLASHPOINT_API_KEY=<key> (or "
                 "pass --api-key KEY) too"
             )
+        if max_artifact_bytes <= 0:
+            raise ConfigError(f"--max-artifact-mb must be positive, got {max_artifact_bytes / 2**20}")
         self.target = target
         self.settings = settings
+        self.data_dir = None if data_dir is None else Path(data_dir).expanduser()
+        if db is None:
+            db = ".flashpoint/jobs.db" if self.data_dir is None else self.data_dir / "jobs.db"
         self.host, self.port, self.db = host, port, db
         #: the secrets endpoints name in their env, in the data directory (None: the server keeps none)
-        self.secrets = None if data_dir is None else SecretStore(Path(data_dir).expanduser() / "secrets")
+        self.secrets = None if self.data_dir is None else SecretStore(self.data_dir / "secrets")
+        self.max_artifact_bytes = max_artifact_bytes
         self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
         self.allow_pickle = allow_pickle
@@ -153,17 +169,37 @@ class Server:
             worker_env_defaults={"RUNPOD_LOG_LEVEL": "INFO"} if quiet_runpod else {},
         )
 
+    def deploy_manager(self, plane: ControlPlane, checkers: dict[str, Callable[[Any], None]]) -> DeployManager | None:
+        """The deploy manager over the data directory's deployments and artifacts (None without a data
+        directory: nothing can be deployed)."""
+        if self.data_dir is None:
+            return None
+        from flashpoint.hosting.deploying import DeployManager
+        from flashpoint.hosting.deployments import Deployments
+
+        return DeployManager(
+            plane,
+            Deployments(self.data_dir / "deployments.db"),
+            ArtifactStore(self.data_dir / "artifacts", limit_bytes=self.max_artifact_bytes),
+            checkers,
+            code_root=self.data_dir / "code",
+        )
+
     def run(self) -> None:
         """Load the app, serve until SIGINT/SIGTERM, then stop the workers and put their jobs back in the queue."""
         import uvicorn
 
         from flashpoint.api.app import Dispatch, create_app
+        from flashpoint.api.approutes import is_upload, router as app_router
+        from flashpoint.api.guard import principal_lookup
+        from flashpoint.api.keyroutes import router as key_router
         from flashpoint.api.loopguard import LoopbackGuard, host_names
         from flashpoint.api.runpod import Intake
         from flashpoint.api.secretroutes import router as secret_router
         from flashpoint.api.transport import hardened_protocol
+        from flashpoint.hosting.keystore import KeyStore
 
-        loaded = load_target(self.target)
+        loaded = load_target(self.target) if self.target else {}
         handles = {name: handle for name, (handle, _) in loaded.items()}
         sock = listening_socket(self.host, self.port)
         port = sock.getsockname()[1]
@@ -183,6 +219,13 @@ class Server:
         # this machine's CLI gets a key of its own (in the announcement), so no configured key is ever written down
         cli_key = secrets.token_urlsafe(32) if self.api_keys else None
         announced: list[Path | None] = []
+        intake = Intake(
+            # a command's handler takes any JSON input (as on Runpod); functions are checked by signature
+            input_checkers(handles),
+            allow_pickle=self.allow_pickle,
+            allow_private_webhooks=self.allow_private_webhooks,
+        )
+        deploys = self.deploy_manager(plane, intake.checkers)
 
         async def startup() -> None:
             await plane.start()
@@ -192,12 +235,18 @@ class Server:
                     code_file = os.path.join(code_dir.name, f"{number}.pkl")
                     Path(code_file).write_bytes(target.pickled)
                 plane.register(handle.spec, target, code_file)
+            deployed = []
+            if deploys is not None:  # what was deployed comes back before the plane requeues its jobs
+                for problem in await deploys.recover():
+                    print(f"flashpoint: {problem}", file=sys.stderr, flush=True)
+                deployed = [d.spec.key for app, env in deploys.live() for d in deploys.endpoints(app, env)]
             recovered = plane.recover()
             # announced before the line that says it serves: whoever waits for that line finds the file
             notice = announce.Announcement(announce.SERVER, local_url, cli_key, app=self.target)
             announced.append(announce.write(self.settings.state_dir, notice))
+            serving = ", ".join([*handles, *deployed]) or "no app yet (flashpoint deploy sends one)"
             print(
-                f"flashpoint serving {', '.join(handles)} on http://{self.host}:{port} "
+                f"flashpoint serving {serving} on http://{self.host}:{port} "
                 f"(fleet: {plane.fleet_summary()}; jobs in {self.db}; {recovered} unfinished job(s) recovered)",
                 flush=True,
             )
@@ -209,6 +258,9 @@ class Server:
 
         async def shutdown() -> None:
             unannounce()
+            if deploys is not None:
+                await deploys.close()
+                deploys.deployments.close()
             await plane.close()
             await dispatch.routes.close()
             plane.store.close()
@@ -217,18 +269,22 @@ class Server:
         app = create_app(
             plane,
             api_keys=self.api_keys + ((cli_key,) if cli_key else ()),
-            intake=Intake(
-                # a command's handler takes any JSON input (as on Runpod); functions are checked by signature
-                input_checkers(handles),
-                allow_pickle=self.allow_pickle,
-                allow_private_webhooks=self.allow_private_webhooks,
-            ),
+            intake=intake,
             max_body_bytes=self.max_body_bytes,
             webhook_retry_delay_s=self.settings.webhook_retry_s,
             route_wait_s=self.route_wait_s,
             on_startup=startup,
             on_shutdown=shutdown,
+            body_exempt=is_upload if deploys is not None else None,
         )
+        if deploys is not None:  # apps deployed to it, their versions and rollouts
+            app.include_router(app_router, prefix="/v1")
+            app.state.deploys = deploys
+        if self.data_dir is not None:  # scoped keys beside the server's own (decision 0093), managed by admin keys
+            keys = KeyStore(self.data_dir / "keys")
+            app.include_router(key_router, prefix="/v1")
+            app.state.keys = keys
+            app.state.key_lookup = principal_lookup(keys)
         if self.secrets is not None:  # its --data-dir's: set, listed and deleted with the server's key
             app.include_router(secret_router, prefix="/v1")
             app.state.secrets = self.secrets

@@ -30,13 +30,21 @@ class BodyLimit:
     ``advice`` ends the message: how the caller can get a larger body through (the server's flag, a worker's variable).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, advice: str = "send less, or raise --max-body-mb") -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        advice: str = "send less, or raise --max-body-mb",
+        exempt: Callable[[Scope], bool] | None = None,
+    ) -> None:
+        """``exempt``: the requests whose route bounds its body itself (a deploy's upload, under its own limit)."""
         self.app = app
         self.max_bytes = max_bytes
         self.advice = advice
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
             return
         length = dict(scope["headers"]).get(b"content-length")
