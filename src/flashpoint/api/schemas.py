@@ -126,6 +126,12 @@ class Worker(Schema):
         default=None, description="where a route worker serves HTTP (host:port); null for a queue worker"
     )
     in_flight: int = Field(default=0, description="requests the server's proxy has handed a route worker, not answered")
+    generation: int = Field(
+        default=1, description="the endpoint's generation it runs (a deploy's rollout starts the next)"
+    )
+    standby: bool = Field(
+        default=False, description="started by a rollout for the next generation: it takes no work until the switch"
+    )
 
 
 class Route(Schema):
