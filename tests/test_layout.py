@@ -22,6 +22,7 @@ COVERED_BY = {
     "flashpoint.__main__": "cli/test_cli.py",
     "flashpoint._version": "test_public_api.py",
     "flashpoint.api.app": "api/test_docs_auth.py",
+    "flashpoint.api.approutes": "hosting/test_deploy_serve.py",
     "flashpoint.api.deps": "api/test_docs_auth.py",
     "flashpoint.api.errors": "api/test_native.py",
     "flashpoint.api.flashroute": "api/test_flash_route.py",

@@ -1,4 +1,4 @@
-"""A real empty ``flashpoint serve --data-dir`` process taking deploys over HTTP (``api/approutes.py``,
+"""A real empty ``flashpoint serve --data-dir`` process taking deploys over HTTP (``flashpoint.api.approutes``,
 ``hosting/deploying.py``): a project becomes version 1 and serves under its id; version 2 takes over; a project that
 does not load is refused with its error and takes no number; one whose workers never start fails and the version
 before serves on; two apps with one endpoint name are kept apart (a bare name is 409 naming the ids); what was
