@@ -40,6 +40,7 @@ from flashpoint.errors import (
     NotFoundError,
     NotReadyError,
     QueueFullError,
+    RolloutFailed,
     StoreError,
     UnknownGPUError,
     UnsatisfiableError,
@@ -69,6 +70,7 @@ ERRORS_BY_CODE: dict[str, type[Error]] = {
         BackendError,
         NotReadyError,
         QueueFullError,
+        RolloutFailed,
         StoreError,
         UnsatisfiableError,
     )
