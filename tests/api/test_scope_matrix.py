@@ -36,13 +36,18 @@ from flashpoint.access import (
     decide_endpoint,
     endpoint_visible,
     job_operation,
+    visible,
 )
 from flashpoint.api.app import Dispatch, create_app
+from flashpoint.api.approutes import router as app_router
 from flashpoint.api.guard import SCOPED_PREFIX, app_env_of, principal_lookup
 from flashpoint.api.keyroutes import router as key_router
 from flashpoint.api.runpod import Intake
 from flashpoint.api.secretroutes import router as secret_router
 from flashpoint.api.transport import hardened_protocol
+from flashpoint.hosting.artifacts import ArtifactStore
+from flashpoint.hosting.deploying import DeployManager
+from flashpoint.hosting.deployments import Deployments
 from flashpoint.hosting.keystore import TOKEN_PREFIX, KeyStore
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.loop import ControlPlane
@@ -155,6 +160,26 @@ ROUTES: list[Row] = [
     Row("server-wide secrets", "GET", "/v1/secrets", Operation.ADMIN),
     Row("an app's secrets", "GET", "/v1/secrets?app=shop", Operation.DEPLOY, "shop"),
     Row("set an app's secret", "PUT", "/v1/secrets/TOKEN?app=shop", Operation.DEPLOY, "shop", json={"value": "x"}),
+    # /v1/apps (api/approutes.py): the environments shop/prod, shop/staging and other/prod exist, nothing serves
+    Row("an app", "GET", "/v1/apps/shop", Operation.READ, "shop"),
+    Row("an app's environments", "GET", "/v1/apps/shop/envs", Operation.READ, "shop"),
+    Row("an environment", "GET", "/v1/apps/shop/envs/prod", Operation.READ, "shop", "prod"),
+    Row("create an environment", "POST", "/v1/apps/shop/envs/prod", Operation.DEPLOY, "shop", "prod", ok=(409,)),
+    # the guard comes before the body is read: a key it lets through hears that the body is no .tar.gz
+    Row(
+        "upload a version",
+        "POST",
+        "/v1/apps/shop/envs/prod/versions",
+        Operation.DEPLOY,
+        "shop",
+        "prod",
+        ok=(400,),
+        json={},
+    ),  # fmt: skip
+    Row("a version", "GET", "/v1/apps/shop/envs/prod/versions/1", Operation.READ, "shop", "prod", ok=(404,)),
+    Row("roll back", "POST", "/v1/apps/shop/envs/prod/rollback", Operation.DEPLOY, "shop", "prod", ok=(404,), json={}),
+    Row("undeploy", "POST", "/v1/apps/shop/envs/prod/undeploy", Operation.DEPLOY, "shop", "prod", ok=(409,), json={}),
+    Row("delete an app", "DELETE", "/v1/apps/nothing", Operation.DEPLOY, "nothing", ok=(404,)),
 ]
 
 
@@ -212,6 +237,13 @@ async def matrix(tmp_path: Path) -> AsyncIterator[Matrix]:
     app.state.keys = store
     app.state.secrets = SecretStore(tmp_path / "secrets")
     app.state.key_lookup = principal_lookup(store)  # as serve sets it, after create_app
+    deployments = Deployments(tmp_path / "deployments.db")
+    for app_name, env in (("shop", "prod"), ("shop", "staging"), ("other", "prod")):
+        deployments.create_env(app_name, env, by="test")
+    app.include_router(app_router, prefix="/v1")
+    app.state.deploys = DeployManager(
+        door.plane, deployments, ArtifactStore(tmp_path / "artifacts"), {}, code_root=tmp_path / "code"
+    )
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     # the server's own protocol: one write per answer (two would wait out the client's delayed ACK, 40 ms each)
@@ -341,3 +373,14 @@ async def test_an_invoke_key_reads_its_own_job_and_not_another_keys(matrix: Matr
 
 def test_the_guard_knows_scoped_tokens_by_the_key_stores_prefix() -> None:
     assert SCOPED_PREFIX == TOKEN_PREFIX
+
+
+@pytest.mark.parametrize("key", [k for k in KEYS if k not in NO_KEY])
+async def test_the_app_list_shows_only_what_the_key_may_see(matrix: Matrix, key: str) -> None:
+    who = matrix.principals[key]
+    async with matrix.client(key) as client:
+        listed = await client.get("/v1/apps")
+    assert listed.status_code == 200, listed.text
+    every = {"other": ["prod"], "shop": ["prod", "staging"]}
+    wanted = {app: [e for e in envs if visible(who, app, e)] for app, envs in every.items()}
+    assert {a["name"]: a["envs"] for a in listed.json()["apps"]} == {app: envs for app, envs in wanted.items() if envs}
