@@ -41,6 +41,7 @@ from flashpoint.api.guard import UNAUTHORIZED, app_env_of, caller_worker, key_st
 from flashpoint.api.runpod import CALLER_REFUSED
 from flashpoint.api.upstream import BadAnswer, Exchange, Upstream, WorkerLost, WorkerTimeout
 from flashpoint.explain import Explanation
+from flashpoint.scheduler.draining import STOPPING
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.spec import ROUTE_METHODS, RouteSpec
@@ -214,6 +215,10 @@ class RouteProxy:
         if refused is not None:
             status, body = refused
             await _answer(send, status, body, [(b"www-authenticate", b"Bearer")] if status == 401 else [])
+            return status
+        if self.plane.draining:  # the server is stopping: requests in flight finish, new ones are refused
+            status, body = _error("backend_error", STOPPING, 503)
+            await _answer(send, status, body)
             return status
         try:
             if length is not None and length.isdigit() and int(length) > self.max_body_bytes:

@@ -16,7 +16,7 @@ from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
 from flashpoint.hosting import console
 from flashpoint.hosting.artifacts import DEFAULT_LIMIT
-from flashpoint.hosting.server import Server
+from flashpoint.hosting.server import GRACE_S, Server
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.wire import codec
 
@@ -119,6 +119,13 @@ def serve(
             "503 no_worker with the endpoint's explanation; as FLASHPOINT_ROUTE_WAIT_S (default 60)."
         ),
     ] = None,
+    grace_s: Annotated[
+        float,
+        typer.Option(
+            help="On SIGTERM or SIGINT: seconds the running jobs and requests get to finish (no new work is taken) "
+            "before workers stop; jobs cut short go back to the queue, counted as a retry."
+        ),
+    ] = GRACE_S,
     log_level: Annotated[
         str,
         typer.Option(
@@ -165,6 +172,7 @@ def serve(
         max_queued_jobs=max_queued_jobs,
         max_queued_bytes=int(max_queued_mb * _MIB),
         route_wait_s=route_wait_s,
+        grace_s=grace_s,
     ).run()
 
 

@@ -6,6 +6,7 @@ The SDK's in-process server is ``embedded.py``; what every host needs is ``plane
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -76,6 +77,29 @@ def load_target(target: str) -> dict[str, tuple[Any, WorkerTarget]]:
     return {name: (handle, handle.worker_target()) for name, handle in load_endpoints(target).items()}
 
 
+#: seconds a stopping server lets running jobs and requests finish (``--grace-s``)
+GRACE_S = 30.0
+
+
+async def drain(plane: ControlPlane, grace_s: float) -> None:
+    """Take no new work and wait up to ``grace_s`` for the running jobs and requests to finish (decision 0105); what
+    is still running then is cut short by ``plane.close``: requeued, counted as a retry."""
+    loop = asyncio.get_running_loop()
+    plane.drain()
+    deadline = loop.time() + grace_s
+    if plane.busy():
+        log.info("stopping: waiting up to %.0f s for %d running job(s) and request(s)", grace_s, plane.busy())
+    while plane.busy() and loop.time() < deadline:
+        await asyncio.sleep(0.05)  # bounded by the grace period; the plane has no event for "nothing running"
+    if plane.busy():
+        log.warning(
+            "the grace period of %.0f s is over: %d job(s) and request(s) cut short; jobs go back to the queue, "
+            "counted as a retry",
+            grace_s,
+            plane.busy(),
+        )
+
+
 class Server:
     """``flashpoint serve``: the app's endpoints behind Runpod's HTTP API, with a durable SQLite job store."""
 
@@ -100,13 +124,15 @@ class Server:
         max_queued_jobs: int = MAX_QUEUED_JOBS,
         max_queued_bytes: int = MAX_QUEUED_BYTES,
         route_wait_s: float | None = None,
+        grace_s: float = GRACE_S,
     ) -> None:
         """``target``: the app to serve from the start (a file, module or project folder; None: an empty server, for
         apps deployed to it). ``route_wait_s``: how long a request to a route endpoint waits for a ready worker
         (default: the settings', ``FLASHPOINT_ROUTE_WAIT_S``, 60 s). ``data_dir``: the server's data directory: its
         job database (``jobs.db``, unless ``db`` names one), deployments, artifacts, keys and the secrets endpoints
         name (None: none of those but the jobs, in ``db`` or ``.flashpoint/jobs.db``; ``flashpoint serve`` gives
-        ``~/.flashpoint/server``). ``max_artifact_bytes``: the largest project a deploy may upload."""
+        ``~/.flashpoint/server``). ``max_artifact_bytes``: the largest project a deploy may upload. ``grace_s``: how
+        long a stopping server lets running jobs and requests finish."""
         if any(not key.strip() for key in api_keys):
             raise ConfigError(
                 "an API key is blank, so no request could match it; pass real keys (e.g. FLASHPOINT_API_KEY="
@@ -117,6 +143,8 @@ class Server:
                             ("max-queued-jobs", max_queued_jobs), ("max-queued-mb", max_queued_bytes)):  # fmt: skip
             if value is not None and not value > 0:
                 raise ConfigError(f"--{name} must be positive, got {value}")
+        if not grace_s >= 0:
+            raise ConfigError(f"--grace-s must be 0 or more seconds, got {grace_s}")
         if route_wait_s is not None and not route_wait_s >= 0:
             raise ConfigError(f"--route-wait-s must be 0 or more seconds, got {route_wait_s}")
         if not api_keys and not loopback(host):
@@ -141,6 +169,7 @@ class Server:
         #: the secrets endpoints name in their env, in the data directory (None: the server keeps none)
         self.secrets = None if self.data_dir is None else SecretStore(self.data_dir / "secrets")
         self.max_artifact_bytes = max_artifact_bytes
+        self.grace_s = grace_s
         self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
         self.allow_pickle = allow_pickle
@@ -157,7 +186,7 @@ class Server:
         quiet_runpod = logging.getLogger().getEffectiveLevel() > logging.DEBUG
         return PlaneRole(
             db=self.db,
-            secrets=None if self.secrets is None else self.secrets.resolver(),
+            secrets=None if self.secrets is None else self.secrets.resolver,
             max_result_bytes=self.max_result_bytes,
             max_queued_jobs=self.max_queued_jobs,
             max_queued_bytes=self.max_queued_bytes,
@@ -183,10 +212,12 @@ class Server:
             ArtifactStore(self.data_dir / "artifacts", limit_bytes=self.max_artifact_bytes),
             checkers,
             code_root=self.data_dir / "code",
+            missing_secrets=None if self.secrets is None else self.secrets.missing,
         )
 
     def run(self) -> None:
-        """Load the app, serve until SIGINT/SIGTERM, then stop the workers and put their jobs back in the queue."""
+        """Load the app, serve until SIGINT/SIGTERM, then drain (``drain``), stop the workers and put the jobs cut
+        short back in the queue."""
         import uvicorn
 
         from flashpoint.api.app import Dispatch, create_app
@@ -289,9 +320,13 @@ class Server:
             app.include_router(secret_router, prefix="/v1")
             app.state.secrets = self.secrets
 
+        grace_s = self.grace_s
+
         class _Uvicorn(uvicorn.Server):
             async def shutdown(self, sockets: Any = None) -> None:
-                # Stop workers and answer their long-polls first, so uvicorn finds no request left to cancel.
+                # Drain while still listening (workers post their results over HTTP), then stop workers and answer
+                # their long-polls, so uvicorn finds no request left to cancel.
+                await drain(plane, grace_s)
                 await plane.close()
                 await super().shutdown(sockets)
 

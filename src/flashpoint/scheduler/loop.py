@@ -31,11 +31,11 @@ from flashpoint.errors import InvalidTransitionError
 from flashpoint.explain import Explanation
 from flashpoint.fleet.inventory import Fleet
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
-from flashpoint.scheduler import departed, planner, readiness, views
+from flashpoint.scheduler import departed, draining, planner, readiness, views
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource
 from flashpoint.scheduler.jobbook import JobBook
-from flashpoint.scheduler.launcher import check_secrets
+from flashpoint.scheduler.launcher import AppSecrets, check_secrets, no_app_secrets
 from flashpoint.scheduler.ownership.leases import DeviceLeases
 from flashpoint.scheduler.ownership.leasing import DeviceLeasing
 from flashpoint.scheduler.placement.index import FleetIndex
@@ -49,7 +49,7 @@ from flashpoint.scheduler.routeserving import RouteServing, not_a_queue_endpoint
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.supervision import WorkerSupervision
-from flashpoint.spec import EndpointSpec, SecretResolver, WorkerTarget, no_secrets
+from flashpoint.spec import EndpointSpec, WorkerTarget
 from flashpoint.store.base import JobStore
 
 log = logging.getLogger("flashpoint.plane")
@@ -83,13 +83,14 @@ class ControlPlane:
         probe: Probe = readiness.ping,
         environments: EnvironmentSource | None = None,
         leases: DeviceLeases | None = None,
-        secrets: SecretResolver | None = None,
+        secrets: AppSecrets | None = None,
     ) -> None:
         """``settings`` are the plane's limits and tunables; the rest are what it is built from. ``probe`` asks a
         route worker's ``/ping`` (a test door's is scripted); ``environments`` builds endpoints' environments (the
         environment cache at its default root when None); ``leases`` the machine-wide device leases (this process's,
-        in ``leases.lease_dir()``, when None); ``secrets`` the values of the secrets endpoints name in their ``env``
-        (None: this plane has none, and an endpoint that names one is refused)."""
+        in ``leases.lease_dir()``, when None); ``secrets`` the values of the secrets endpoints name in their ``env``,
+        as the resolver of an endpoint's app (``spec.app``; None: of no app) (None: this plane has none, and an
+        endpoint that names one is refused)."""
         self.settings = settings = settings or PlaneSettings()
         #: None: no secret store (the embedded plane, dev)
         self._secrets = secrets
@@ -133,7 +134,7 @@ class ControlPlane:
             job_lost=self._worker_lost,
             kick=self.kick,
             kick_if_someone_waits=self._kick_if_someone_waits,
-            secrets=secrets or no_secrets,
+            secrets=secrets or no_app_secrets,
         )
         self.protocol = WorkerProtocol(
             state,
@@ -197,6 +198,17 @@ class ControlPlane:
         self.registry.judge_again()
         self.kick()
 
+    def drain(self) -> None:
+        """Take no new work while the running jobs and requests finish (``draining.py``); ``busy`` counts them."""
+        draining.drain(self.state, self.registry, self.rollouts)
+
+    @property
+    def draining(self) -> bool:
+        return self.state.draining
+
+    def busy(self) -> int:
+        return draining.busy(self.state)
+
     async def close(self) -> None:
         """Stop every worker; requeue (durable) or cancel (embedded) their jobs. A second call does nothing."""
         if self.state.closing:
@@ -214,8 +226,8 @@ class ControlPlane:
             for job_id in list(worker.jobs):  # async handlers are cancelled through job-stop before SIGTERM
                 job = self.store.get(job_id)
                 if job is not None and job.status is JobStatus.IN_PROGRESS:
-                    if self.requeue_on_close:  # interrupted, not failed: it runs again after a restart
-                        self.book.back_to_queue(job, retried=False)
+                    if self.requeue_on_close:  # cut short: it runs again after a restart, counted as a retry
+                        self.book.back_to_queue(job, retried=True)
                     else:
                         self.state.finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
                 signal_stop(worker, job_id)
@@ -284,6 +296,7 @@ class ControlPlane:
         size: int = 0,
     ) -> Job:
         """Queue a job; ``size`` is its input's size in bytes when known (HTTP), for the queue's byte cap."""
+        draining.refuse_if_draining(self.state)
         ep = self.endpoint(endpoint)
         if ep.spec.serves_routes:
             raise not_a_queue_endpoint(endpoint)
@@ -428,7 +441,7 @@ class ControlPlane:
 
     def reconcile(self) -> None:
         """Start the workers endpoints want, oldest waiter first; reclaim idle devices for waiters; record why not."""
-        if self.state.closing:
+        if self.state.closing or self.state.draining:
             return
         if self.envs is not None:
             self.envs.start_missing(self.endpoints.values())

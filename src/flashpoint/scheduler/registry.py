@@ -122,11 +122,11 @@ class EndpointRegistry:
         # new code starts afresh: no back-off left from the failed starts of the old one
         ep.start_failures = ep.start_losses = 0
         ep.next_start_at = 0.0
-        retired = self._retire(ep)
+        retired = self.retire(ep)
         self._kick()
         return retired
 
-    def _retire(self, ep: EndpointState) -> int:
+    def retire(self, ep: EndpointState) -> int:
         """Each live worker of ``ep`` takes nothing new and stops once its running jobs (a route worker: its requests
         in flight) end; an idle one stops now. A rollout's standby workers are not live: they stay. Returns how many
         were retired."""
@@ -143,7 +143,7 @@ class EndpointRegistry:
         """Take ``ep`` away (its queue already emptied): its workers retire as ``redeclare`` retires them, and it
         leaves the plane's lookups, views and plans now, so its key is free for another. Its workers still finishing
         their jobs keep its record in ``leaving`` until they are gone."""
-        self._retire(ep)
+        self.retire(ep)
         key = ep.spec.key
         if self._state.endpoints.get(key) is ep:
             del self._state.endpoints[key]

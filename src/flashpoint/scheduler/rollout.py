@@ -210,10 +210,10 @@ class Rollouts:
         if rollout is not None and not rollout.future.done():
             self._abandon(rollout, reason, take_away=False)
 
-    def close(self) -> None:
-        """The plane is closing: every rollout in flight is abandoned."""
+    def close(self, reason: str = "the control plane is closing") -> None:
+        """The plane is closing (or draining): every rollout in flight is abandoned."""
         for key in list(self.active):
-            self.abandon(key, "the control plane is closing")
+            self.abandon(key, reason)
 
     def step(self) -> None:
         """Move every rollout on (from each reconcile, before the planner plans)."""

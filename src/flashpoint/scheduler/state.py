@@ -37,6 +37,8 @@ class PlaneState:
     leaving: dict[str, EndpointState] = field(default_factory=dict)
     #: the plane is closing: nothing is started or reconciled, and a worker's exit is expected
     closing: bool = False
+    #: the plane drains before it closes (``draining.py``): no new work, nothing started, running work finishes
+    draining: bool = False
 
     def endpoint(self, name: str) -> EndpointState:
         """The endpoint ``name`` means: its id (key), or a bare name one endpoint alone has (``names.resolve``).
