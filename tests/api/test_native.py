@@ -415,7 +415,10 @@ def test_openapi_documents_every_v1_path_and_its_schemas() -> None:
         assert name in components
     assert set(components["Endpoint"]["required"]) >= {"gpuCount", "workersMin", "queueDepth", "explanation"}
     jobs_params = {p["name"]: p for p in paths["/v1/jobs"]["get"]["parameters"]}
-    assert set(jobs_params) == {"endpoint", "status", "limit"}
+    assert set(jobs_params) == {"endpoint", "status", "limit", "app", "env"}
+    endpoints_params = {p["name"] for p in paths["/v1/endpoints"]["get"]["parameters"]}
+    assert endpoints_params == {"app", "env"}
+    assert {"app", "env"} <= set(components["JobSummary"]["properties"]) & set(components["Endpoint"]["properties"])
     assert jobs_params["limit"]["schema"]["maximum"] == 1000
     wait_params = {p["name"]: p for p in paths["/v1/jobs/{job_id}/wait"]["get"]["parameters"]}
     assert wait_params["timeout"]["schema"]["maximum"] == 60

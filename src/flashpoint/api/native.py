@@ -7,10 +7,15 @@ Each route names its operation of the access rule (``api/guard.py``, decisions 0
 ``ADMIN``; one endpoint (the SDK's check) ``INVOKE``; its explanation ``READ``; a job, its logs, explanation and wait
 ``INVOKE`` for the key's own job and ``READ`` for another's; the lists show what the key may see (jobs: those it may
 read), and what it may not see answers 404 as what does not exist.
+
+Every endpoint and job row carries the ``app`` and ``env`` its endpoint id names (null for an endpoint outside any
+app), and both lists take ``?app=`` and ``?env=`` (decision 0102): applied before the limit, so a filtered list of
+jobs is the newest ``limit`` of that app, however many of other apps are newer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -22,6 +27,7 @@ from flashpoint.access import Operation
 from flashpoint.api import errors, schemas
 from flashpoint.api.deps import Plane, require_api_key
 from flashpoint.api.guard import (
+    app_env_of,
     authorize,
     authorize_job,
     identify,
@@ -32,8 +38,9 @@ from flashpoint.api.guard import (
 )
 from flashpoint.api.workers import error_response, json_response
 from flashpoint.errors import NotFoundError
-from flashpoint.jobs import Job, JobStatus
+from flashpoint.jobs import Job, JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.spec import APP_NAME, endpoint_id, split_endpoint_id
 
 if TYPE_CHECKING:
     from flashpoint.api.metrics import PlaneMetrics
@@ -57,6 +64,24 @@ _BAD_REQUEST: dict[int | str, dict[str, Any]] = {
 router = APIRouter(tags=["native"], dependencies=[Depends(require_api_key)], responses={**_UNAUTHORIZED, **_FORBIDDEN})
 #: how many of the newest jobs a list for a key that may not read every job looks through (filtered after)
 SCOPED_LIST_WINDOW = 1000
+#: how much larger each read of the store is than the last while a list filtered by app looks for enough jobs
+GROWTH = 4
+
+AppFilter = Annotated[
+    str | None,
+    Query(
+        pattern=f"^{APP_NAME.pattern}$",
+        description="only endpoints (jobs of endpoints) of this app; one outside any app matches no app",
+    ),
+]
+EnvFilter = Annotated[
+    str | None,
+    Query(
+        pattern=f"^{APP_NAME.pattern}$",
+        description="only endpoints (jobs of endpoints) of this deployment environment, of any app unless `app` "
+        "says which",
+    ),
+]
 
 
 def readable_job(request: Request, plane: ControlPlane, job_id: str) -> Job:
@@ -67,10 +92,46 @@ def readable_job(request: Request, plane: ControlPlane, job_id: str) -> Job:
     return job
 
 
+def with_app(row: dict[str, Any], key: str) -> dict[str, Any]:
+    """``row`` with the ``app`` and ``env`` of endpoint ``key`` (both None outside any app)."""
+    row["app"], row["env"] = app_env_of(key)
+    return row
+
+
+def in_app(key: str, app: str | None, env: str | None) -> bool:
+    """Whether endpoint ``key`` is of ``app`` and ``env`` (None: any); one outside any app matches no filter."""
+    of_app, of_env = app_env_of(key)
+    return (app is None or app == of_app) and (env is None or env == of_env)
+
+
+def newest_jobs(
+    plane: ControlPlane,
+    endpoint: str | None,
+    status: JobStatus | None,
+    limit: int,
+    keep: Callable[[JobView], bool] | None = None,
+) -> list[JobView]:
+    """The newest ``limit`` jobs that ``keep`` accepts (every job without it), newest first.
+
+    The store filters only by endpoint and status, so the rest is filtered here: it is read in windows ``GROWTH``
+    times larger each time until enough jobs match or it holds no more, and a filtered list is as complete as an
+    unfiltered one up to its limit.
+    """
+    if keep is None:
+        return plane.list_jobs(endpoint=endpoint, status=status, limit=limit)
+    window = limit
+    while True:
+        views = plane.list_jobs(endpoint=endpoint, status=status, limit=window)
+        kept = [view for view in views if keep(view)]
+        if len(kept) >= limit or len(views) < window:
+            return kept[:limit]
+        window *= GROWTH
+
+
 def job_body(plane: ControlPlane, job_id: str) -> dict[str, Any]:
     """``GET /v1/jobs/{id}``: every field of the job, its log lines and its explanation."""
     job = plane.job(job_id)
-    body = job.view().to_native()
+    body = with_app(job.view().to_native(), job.endpoint)
     body["explanation"] = plane.explain_job(job_id).to_json()
     body["flash"] = flash_call(job.extra)
     return body
@@ -97,20 +158,27 @@ async def get_fleet(request: Request, plane: Plane) -> Response:
     return json_response({"devices": plane.fleet_view(), "nodes": plane.node_view(), "summary": plane.fleet_summary()})
 
 
-@router.get("/endpoints", response_model=schemas.Endpoints, summary="Every endpoint, its workers and why it waits")
-async def list_endpoints(request: Request, plane: Plane) -> Response:
+@router.get(
+    "/endpoints",
+    response_model=schemas.Endpoints,
+    responses=_BAD_REQUEST,
+    summary="Every endpoint, its workers and why it waits",
+)
+async def list_endpoints(request: Request, plane: Plane, app: AppFilter = None, env: EnvFilter = None) -> Response:
     who = principal_of(request)
     rows = plane.endpoint_rows()
     if who.scope != "admin":
         rows = [row for row in rows if sees_endpoint(who, row["name"])]
-    return json_response({"endpoints": rows})
+    if app is not None or env is not None:
+        rows = [row for row in rows if in_app(row["name"], app, env)]
+    return json_response({"endpoints": [with_app(row, row["name"]) for row in rows]})
 
 
 @router.get("/endpoints/{name}", response_model=schemas.Endpoint, responses=_NOT_FOUND, summary="One endpoint")
 async def get_endpoint(name: str, request: Request, plane: Plane) -> Response:
     # what a caller asks of an endpoint (the SDK's check before it submits): INVOKE
     ep = resolve_endpoint(request, plane, name, Operation.INVOKE)
-    return json_response(plane.endpoint_rows(ep.spec.key)[0])
+    return json_response(with_app(plane.endpoint_rows(ep.spec.key)[0], ep.spec.key))
 
 
 @router.get(
@@ -128,20 +196,29 @@ async def explain_endpoint(name: str, request: Request, plane: Plane) -> Respons
 async def list_jobs(
     request: Request,
     plane: Plane,
-    endpoint: Annotated[str | None, Query(description="only this endpoint's jobs")] = None,
+    endpoint: Annotated[
+        str | None,
+        Query(description="only this endpoint's jobs (its id; a bare name with `app` and `env` names their endpoint)"),
+    ] = None,
     status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="at most this many jobs")] = 100,
+    app: AppFilter = None,
+    env: EnvFilter = None,
 ) -> Response:
     who = principal_of(request)
-    views = plane.list_jobs(endpoint=endpoint, status=status, limit=limit)
-    if who.scope != "admin":
+    if endpoint is not None and app is not None and env is not None and split_endpoint_id(endpoint) is None:
+        endpoint = endpoint_id(app, env, endpoint)
+    keep = None if app is None and env is None else lambda view: in_app(view.endpoint, app, env)
+    if who.scope == "admin":
+        views = newest_jobs(plane, endpoint, status, limit, keep)
+    else:
         # the store lists the server's newest jobs; those this key may not read are left out after (at most
-        # SCOPED_LIST_WINDOW looked through)
-        window = plane.list_jobs(endpoint=endpoint, status=status, limit=max(limit, SCOPED_LIST_WINDOW))
+        # SCOPED_LIST_WINDOW of those the filters keep looked through)
+        window = newest_jobs(plane, endpoint, status, max(limit, SCOPED_LIST_WINDOW), keep)
         views = [view for view in window if sees_job(who, view.endpoint, view.submitted_by)][:limit]
     jobs = []
     for view in views:
-        body = view.to_native()
+        body = with_app(view.to_native(), view.endpoint)
         del body["logs"]
         jobs.append(body)
     return json_response({"jobs": jobs})

@@ -141,10 +141,17 @@ class Route(Schema):
     path: str = Field(examples=["/items/{item_id}"])
 
 
+#: what an endpoint row and a job row say of their app and environment
+_APP = "the app its endpoint was deployed to (the `app` of its id `app.env.name`); null outside any app"
+_ENV = "the deployment environment of that app (the `env` of its id); null outside any app"
+
+
 class Endpoint(Schema):
     """An endpoint's options, its queue (a route endpoint: its held requests), its workers and why it waits."""
 
-    name: str
+    name: str = Field(description="its id: `app.env.name` when deployed to an app, else its name")
+    app: str | None = Field(default=None, description=_APP)
+    env: str | None = Field(default=None, description=_ENV)
     gpu: str = Field(examples=["NVIDIA H200 > NVIDIA A100 80GB PCIe (x2)"])
     candidates: list[str] = Field(description="GPU models in the order they are tried")
     #: the CPU instance types, in fallback order (null for a GPU endpoint)
@@ -185,6 +192,8 @@ class JobSummary(Schema):
 
     id: str
     endpoint: str
+    app: str | None = Field(default=None, description=_APP)
+    env: str | None = Field(default=None, description=_ENV)
     status: JobStatus
     reason: Reason | None
     output: Any = Field(description="the handler's output (any JSON)")
