@@ -18,6 +18,7 @@ from flashpoint.hosting.artifacts import ArtifactStore, pack
 from flashpoint.hosting.deploying import DeployManager, package_name, without
 from flashpoint.hosting.deployments import Deployments
 from flashpoint.hosting.loader import load_isolated
+from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
 TWO = """
@@ -213,3 +214,52 @@ def test_without_leaves_other_packages_and_projects_alone(tmp_path: Path) -> Non
     trimmed = without(project, ["NUMPY"])
     assert trimmed.endpoints["embed"].spec.dependencies == ("Torch_Audio==2.1",)
     assert project.endpoints["embed"].spec.dependencies == ("numpy>=1.26", "Torch_Audio==2.1")
+
+
+SECRETS = """
+from flashpoint import Endpoint, GpuGroup, Secret
+
+
+@Endpoint(name="embed", gpu=GpuGroup.ANY, env={"T": Secret("tok"), "U": "{{ RUNPOD_SECRET_key }}"})
+async def embed(text: str) -> dict:
+    return {"v": 1}
+
+
+@Endpoint(name="rank", gpu=GpuGroup.ANY, env={"T": Secret("tok")})
+async def rank(query: str) -> dict:
+    return {"v": 1}
+"""
+
+
+def test_a_project_naming_secrets_its_app_lacks_takes_no_number(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        plane, store = RecordingPlane(), SecretStore(tmp_path / "secrets")
+        store.set("tok", "v-lab-7f3", app="lab")  # another app's secret of that name is not this app's
+        store.set("key", "v-server-9c1")  # a server-wide one serves every app
+        deploys = DeployManager(
+            plane,
+            Deployments(tmp_path / "deployments.db"),
+            ArtifactStore(tmp_path / "artifacts"),
+            {},
+            code_root=tmp_path / "code",
+            missing_secrets=store.missing,
+        )
+        data = upload(tmp_path, "v1", SECRETS)
+        with pytest.raises(BadInputError) as refused:
+            await deploys.deploy("shop", "prod", data, by="ana")
+        said = str(refused.value)
+        assert refused.value.code == "missing_secret"
+        assert "shop/prod is unchanged and no version was made" in said
+        assert "endpoint 'embed' names tok; endpoint 'rank' names tok" in said
+        assert said.count("`flashpoint secret set tok --app shop`") == 1 and "key" not in said.replace("--app", "")
+        assert "v-lab" not in said and "v-server" not in said
+        assert deploys.deployments.get_env("shop", "prod") is None and plane.calls == []
+
+        store.set("tok", "v-shop-2e8", app="shop")
+        accepted = await deploys.deploy("shop", "prod", data, by="ana")
+        assert accepted["version"] == 1  # the refusal took no number, and freed the environment
+        await settled(deploys)
+        assert sorted(plane.calls) == [("roll_out", "shop.prod.embed", 0), ("roll_out", "shop.prod.rank", 0)]
+        assert {spec.app for spec in plane.registered.values()} == {"shop"}
+
+    asyncio.run(scenario())

@@ -132,7 +132,7 @@ async def test_a_roles_secrets_reach_its_plane_and_a_role_without_refuses_refere
     store.set("hf", "v")
     declared = Endpoint(name="llm", gpu=GpuGroup.ANY, env={"T": Secret("hf")}).spec
     target = WorkerTarget(import_path="app:llm")
-    with_secrets = build_plane(SETTINGS, PlaneRole(secrets=store.resolver()), base_url="", simulated="NVIDIA_H200:1")
+    with_secrets = build_plane(SETTINGS, PlaneRole(secrets=store.resolver), base_url="", simulated="NVIDIA_H200:1")
     with_secrets.register(declared, target)
     assert "llm" in with_secrets.endpoints
     without = build_plane(SETTINGS, EMBEDDED_ROLE, base_url="", simulated="NVIDIA_H200:1")

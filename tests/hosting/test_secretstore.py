@@ -3,6 +3,7 @@ in a private file written whole; hostile names, apps and values refused without 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from flashpoint import Endpoint, GpuGroup, Secret
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.hosting.secretstore import MAX_VALUE_BYTES, SecretInfo, SecretStore
 
@@ -196,3 +198,47 @@ def test_two_processes_writing_at_once_lose_no_change(tmp_path: Path) -> None:
     store = SecretStore(root)
     assert {info.name for info in store.list()} == {f"{p}{n}" for p in "ab" for n in range(40)}
     assert store.resolve("b39") == "v" * 39 + "x"
+
+
+#: the per-app rule (decision 0085, kept by the plane in decision 0103): what is set for ``tok`` server-wide, for app
+#: ``a`` and for app ``b``; the app asking (None: an endpoint of no app); what it gets
+PER_APP_RULE = [
+    ((None, None, None), None, None),
+    ((None, None, None), "a", None),
+    (("s", None, None), None, "s"),
+    (("s", None, None), "a", "s"),  # the server-wide one serves every app
+    ((None, "A", None), "a", "A"),
+    ((None, "A", None), "b", None),  # another app never sees a's
+    ((None, "A", None), None, None),  # nor does an endpoint of no app
+    ((None, "A", None), "c", None),
+    (("s", "A", None), "a", "A"),  # the app's own wins
+    (("s", "A", None), "b", "s"),
+    (("s", "A", "B"), "b", "B"),
+    (("s", "A", "B"), None, "s"),
+    ((None, "A", "B"), "c", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("server", "of_a", "of_b", "app", "gets"), [(*kept, app, gets) for kept, app, gets in PER_APP_RULE]
+)
+def test_an_endpoint_of_an_app_gets_its_apps_secret_else_the_server_wide_one(
+    store: SecretStore, server: str | None, of_a: str | None, of_b: str | None, app: str | None, gets: str | None
+) -> None:
+    for owner, value in ((None, server), ("a", of_a), ("b", of_b)):
+        if value is not None:
+            store.set("tok", value, app=owner)
+    assert store.resolve("tok", app=app) == gets
+    assert store.resolver(app)("tok") == gets
+    declared = Endpoint(name="e", gpu=GpuGroup.ANY, env={"T": Secret("tok"), "U": "{{ RUNPOD_SECRET_tok }}"}).spec
+    deployed = dataclasses.replace(declared, app=app, app_env=None if app is None else "prod")
+    assert store.missing(deployed) == ([] if gets is not None else ["tok"])
+
+
+def test_missing_names_each_secret_once_in_the_order_first_named(store: SecretStore) -> None:
+    store.set("there", "1", app="shop")
+    env = {"A": Secret("gone"), "B": "{{ RUNPOD_SECRET_there }}{{ RUNPOD_SECRET_lost }}", "C": Secret("gone")}
+    declared = dataclasses.replace(Endpoint(name="e", gpu=GpuGroup.ANY, env=env).spec, app="shop", app_env="prod")
+    assert store.missing(declared) == ["gone", "lost"]
+    assert store.missing(dataclasses.replace(declared, app="lab")) == ["gone", "there", "lost"]
+    assert store.missing(Endpoint(name="plain", gpu=GpuGroup.ANY, env={"P": "x"}).spec) == []

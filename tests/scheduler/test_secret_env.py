@@ -4,6 +4,7 @@ value for, and shows the value nowhere but in that launch's environment (views, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -17,8 +18,9 @@ from flashpoint import Endpoint, GpuGroup, Secret
 from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
 from flashpoint.fleet.simulated import parse_fleet
+from flashpoint.scheduler.launcher import AppSecrets
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.spec import MissingSecretsError, SecretResolver
+from flashpoint.spec import MissingSecretsError
 from flashpoint.store.memory import MemoryJobStore
 from tests.scheduler.door import DOOR_HOST, TARGET
 
@@ -35,7 +37,7 @@ class Plane:
 async def open_plane(secrets: dict[str, str] | None) -> Plane:
     described = parse_fleet("node-a=NVIDIA_H200:2", host=DOOR_HOST)
     backend = StubBackend(described.devices, nodes=described.node_facts)
-    resolver: SecretResolver | None = None if secrets is None else secrets.get
+    resolver: AppSecrets | None = None if secrets is None else (lambda app: secrets.get)
     plane = ControlPlane(
         MemoryJobStore(), backend, worker_secret="door", clock=FakeClock(), probe=backend.probe, secrets=resolver
     )
@@ -138,3 +140,51 @@ async def test_a_secret_deleted_after_registration_fails_the_start_with_its_name
     assert ep.start_failures >= 1
     why = json.dumps(p.plane.explain_endpoint("llm").to_json())
     assert "hf" in why and "secret" in why
+
+
+def deployed(app: str, **env: Any) -> Any:
+    """An endpoint as a deploy of ``app`` registers it (``app.prod.llm``)."""
+    return dataclasses.replace(spec(**env), app=app, app_env="prod")
+
+
+async def test_each_endpoint_is_checked_and_launched_with_its_apps_secrets() -> None:
+    # the plane asks its secrets for the endpoint's app (decision 0103); which value an app gets is the store's rule
+    kept: dict[str | None, dict[str, str]] = {None: {"tok": "server"}, "shop": {"tok": VALUE}}
+    asked: list[str | None] = []
+
+    def secrets(app: str | None) -> Any:
+        asked.append(app)
+        return kept.get(app, {}).get
+
+    described = parse_fleet("node-a=NVIDIA_H200:2", host=DOOR_HOST)
+    backend = StubBackend(described.devices, nodes=described.node_facts)
+    plane = ControlPlane(
+        MemoryJobStore(), backend, worker_secret="door", clock=FakeClock(), probe=backend.probe, secrets=secrets
+    )
+    await plane.start(ticking=False)
+    p = Plane(plane, backend, {})
+    try:
+        p.plane.register(deployed("shop", T=Secret("tok"), U="Bearer {{ RUNPOD_SECRET_tok }}"), TARGET)
+        [worker_id] = await started(p)
+        env = backend.launch(worker_id).env
+        assert (env["T"], env["U"], env["FLASHPOINT_APP"]) == (VALUE, f"Bearer {VALUE}", "shop")
+        assert "shop" in asked and None not in asked
+
+        # another app: its own resolver, which has no such secret; refused naming it and the command for that app
+        for verb in (p.plane.register, p.plane.redeclare):
+            with pytest.raises(MissingSecretsError) as caught:
+                verb(deployed("lab", T=Secret("tok")), TARGET)
+            assert caught.value.names == ("tok",)
+            assert "`flashpoint secret set NAME --app lab`" in str(caught.value)
+        with pytest.raises(MissingSecretsError, match="--app lab"):
+            await p.plane.roll_out(deployed("lab", T=Secret("tok")), TARGET, timeout_s=5)
+        assert "lab.prod.llm" not in p.plane.endpoints
+
+        # an endpoint of no app asks for None: the server-wide secrets
+        asked.clear()
+        p.plane.register(spec(T=Secret("tok")), TARGET)
+        started_now = [w for w in await started(p) if w != worker_id]
+        assert [backend.launch(w).env["T"] for w in started_now] == ["server"]
+        assert None in asked and "lab" not in asked
+    finally:
+        await plane.close()

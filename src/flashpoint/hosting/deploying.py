@@ -116,9 +116,12 @@ class DeployManager:
         code_root: Path,
         load: Callable[[Path], LoadedProject] = load_isolated,
         rollout_timeout_s: float = ROLLOUT_TIMEOUT_S,
+        missing_secrets: Callable[[EndpointSpec], list[str]] | None = None,
     ) -> None:
         """``checkers`` is the intake's table (``api.runpod.Intake.checkers``), kept up to date here; ``code_root``
-        holds the pickled code of endpoints that have no import path."""
+        holds the pickled code of endpoints that have no import path; ``missing_secrets(spec)`` names the secrets a
+        deployed endpoint's env names that its app does not get (``SecretStore.missing``; None: no check before the
+        plane's own at ``roll_out``)."""
         self.plane = plane
         self.deployments = deployments
         self.artifacts = artifacts
@@ -126,6 +129,7 @@ class DeployManager:
         self.code_root = Path(code_root)
         self._load = load
         self.rollout_timeout_s = rollout_timeout_s
+        self._missing_secrets = missing_secrets
         self._live: dict[tuple[str, str], dict[str, Deployed]] = {}
         self._progress: dict[tuple[str, str, int], Progress] = {}
         self._busy: set[tuple[str, str]] = set()
@@ -171,8 +175,9 @@ class DeployManager:
         Python already provides).
 
         Raises:
-            BadInputError: a bad name, an archive the store refuses (over the limit: code ``payload_too_large``), or a
-                project that does not load (its error quoted); no version is numbered.
+            BadInputError: a bad name, an archive the store refuses (over the limit: code ``payload_too_large``), a
+                project that does not load (its error quoted), or one whose endpoints name secrets not set for ``app``
+                (code ``missing_secret``, naming each and the command that sets it); no version is numbered.
             ConflictError: a rollout of that environment is still running.
         """
         check_name("app", app)
@@ -187,6 +192,7 @@ class DeployManager:
                 raise BadInputError(
                     f"the project does not load, so {app}/{env} is unchanged and no version was made: {exc}"
                 ) from None
+            self._refuse_missing_secrets(app, env, project)
             manifest: dict[str, Any] = {
                 "endpoints": [{"name": name, "id": endpoint_id(app, env, name), "kind": ep.kind}
                               for name, ep in project.endpoints.items()],
@@ -200,6 +206,29 @@ class DeployManager:
         self._progress[(app, env, version.number)] = Progress("build")
         self._spawn(self._roll_new(version, without(project, manifest["exclude"])))
         return self.rollout(app, env, version.number)
+
+    def _refuse_missing_secrets(self, app: str, env: str, project: LoadedProject) -> None:
+        """Refuse a project whose endpoints, deployed to ``app``, name secrets that are not set for it (its own or
+        server-wide), naming each secret, its endpoints and the command that sets it. The plane checks again at
+        ``roll_out``: a secret deleted meanwhile fails the rollout there."""
+        if self._missing_secrets is None:
+            return
+        needs: dict[str, list[str]] = {}
+        for name, loaded in project.endpoints.items():
+            missing = self._missing_secrets(dataclasses.replace(loaded.spec, app=app, app_env=env))
+            if missing:
+                needs[name] = missing
+        if not needs:
+            return
+        secrets = list(dict.fromkeys(secret for names in needs.values() for secret in names))
+        endpoints = "; ".join(f"endpoint {name!r} names {', '.join(names)}" for name, names in needs.items())
+        commands = ", ".join(f"`flashpoint secret set {secret} --app {app}`" for secret in secrets)
+        raise BadInputError(
+            f"secrets are not set for app {app!r}, so {app}/{env} is unchanged and no version was made: {endpoints}. "
+            f"Set each with {commands} (the value is read from stdin or a prompt; a server-wide secret, set without "
+            "--app, serves every app), then deploy again",
+            code="missing_secret",
+        )
 
     def _claim(self, app: str, env: str) -> None:
         """One change of an environment at a time: a deploy, rollback or undeploy."""

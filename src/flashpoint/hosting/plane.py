@@ -22,9 +22,9 @@ from flashpoint.config import Settings
 from flashpoint.errors import ConfigError
 from flashpoint.fleet.discovery import discover_fleet
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
+from flashpoint.scheduler.launcher import AppSecrets
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.settings import PlaneSettings
-from flashpoint.spec import SecretResolver
 from flashpoint.store.base import JobStore
 from flashpoint.store.memory import MemoryJobStore
 from flashpoint.wire import codec
@@ -47,9 +47,10 @@ class PlaneRole:
     worker_env: Mapping[str, str] = field(default_factory=dict)
     #: set in every worker's environment unless the backend's already has them
     worker_env_defaults: Mapping[str, str] = field(default_factory=dict)
-    #: the values of the secrets endpoints name in their ``env`` (``serve``'s store at ``--data-dir``); None: the plane
-    #: keeps no secrets, and an endpoint that names one is refused at registration
-    secrets: SecretResolver | None = None
+    #: the values of the secrets endpoints name in their ``env``, per app (``serve``'s store at ``--data-dir``:
+    #: ``SecretStore.resolver``); None: the plane keeps no secrets, and an endpoint that names one is refused at
+    #: registration
+    secrets: AppSecrets | None = None
 
 
 def app_simulated(settings: Settings) -> str | None:

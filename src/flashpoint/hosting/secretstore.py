@@ -5,11 +5,14 @@ Invariants:
 - the values are in one JSON file, 0600 in a 0700 folder (``<data-dir>/secrets/``), replaced whole and renamed into
   place under a lock, so a reader sees the old set or the new one and two writers never lose each other's change;
 - a name is never a path (``spec.SECRET_NAME``), so no name reaches outside the file;
-- nothing here shows a value: ``SecretInfo`` has none, no message quotes one, and ``resolve`` is the only way out.
+- nothing here shows a value: ``SecretInfo`` has none, no message quotes one, and ``resolve`` is the only way out;
+- an endpoint of app A gets A's secret of a name, else the server-wide one, never another app's (``resolve``);
+  the plane asks ``resolver(spec.app)`` at each check and launch (decision 0103).
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from collections.abc import Callable
@@ -19,7 +22,7 @@ from typing import Any
 
 from flashpoint.errors import BadInputError, ConfigError
 from flashpoint.hosting.wholefile import locked, replace_whole
-from flashpoint.spec import LABEL, secret_name_problem
+from flashpoint.spec import LABEL, EndpointSpec, missing_secrets, secret_name_problem
 
 __all__ = ["MAX_VALUE_BYTES", "SecretInfo", "SecretStore"]
 
@@ -109,12 +112,18 @@ class SecretStore:
         return None if record is None else str(record["value"])
 
     def resolver(self, app: str | None = None) -> Callable[[str], str | None]:
-        """``resolve`` for the endpoints of ``app``: what a control plane is given (``ControlPlane(secrets=...)``)."""
+        """``resolve`` for the endpoints of ``app``. The method itself is what a control plane is given
+        (``ControlPlane(secrets=store.resolver)``): it asks it with each endpoint's app."""
 
         def resolve(name: str) -> str | None:
             return self.resolve(name, app=app)
 
         return resolve
+
+    def missing(self, spec: EndpointSpec) -> builtins.list[str]:
+        """The secrets ``spec``'s env names that an endpoint of its app (``spec.app``) gets no value for, each once, in
+        the order first named: what a deploy is refused for before it takes a version number."""
+        return list(missing_secrets(spec.env, self.resolver(spec.app)))
 
     # the file
 

@@ -1,7 +1,8 @@
 """What a worker is started with, and starting and stopping it through the backend (``Supervisor``): its command
 (the endpoint's target, on its environment's interpreter), its environment (the plane's, less the plane's own keys,
-with the endpoint's secrets expanded at each launch, its devices, its credentials, its app), and the tasks that carry
-starts and stops out. ``WorkerSupervision`` (``supervision.py``) owns one and hears what it reports.
+with the endpoint's secrets (its app's, else the server's) expanded at each launch, its devices, its credentials, its
+app), and the tasks that carry starts and stops out. ``WorkerSupervision`` (``supervision.py``) owns one and hears
+what it reports.
 """
 
 from __future__ import annotations
@@ -32,17 +33,38 @@ ENVIRONMENT_SETUP_FAILED = "environment_setup_failed"
 PLANE_CREDENTIALS = ("FLASHPOINT_API_KEY", "FLASHPOINT_URL")
 
 
-def check_secrets(spec: EndpointSpec, secrets: SecretResolver | None) -> None:
-    """Refuse an endpoint naming a secret the plane (its resolver ``secrets``; None: it keeps none) has no value for,
-    naming every one (MissingSecretsError)."""
+#: what a control plane is given to read secrets: the resolver of an app's endpoints (None: of endpoints outside any
+#: app), asked with ``spec.app`` at each check and launch; ``SecretStore.resolver`` is one (decision 0103)
+AppSecrets = Callable[[str | None], SecretResolver]
+
+
+def no_app_secrets(app: str | None) -> SecretResolver:
+    """The secrets of a plane with no secret store: every secret of every app is missing."""
+    return no_secrets
+
+
+def set_secret_hint(app: str | None) -> str:
+    """What a refusal naming missing secrets of an endpoint of ``app`` tells its reader to do: the command that sets
+    one for that app (``--app``), or server-wide for an endpoint of no app (``MissingSecretsError``'s own hint)."""
+    if app is None:
+        return ""
+    return (
+        f"set each for app {app!r} with `flashpoint secret set NAME --app {app}` (or server-wide, without --app; the "
+        "value is read from stdin or a prompt), or drop it from the endpoint's env"
+    )
+
+
+def check_secrets(spec: EndpointSpec, secrets: AppSecrets | None) -> None:
+    """Refuse an endpoint naming a secret the plane (its secrets ``secrets``, asked for the endpoint's app; None: it
+    keeps none) has no value for, naming every one (MissingSecretsError)."""
     if secrets is None:
-        missing = missing_secrets(spec.env, lambda name: None)
+        missing = missing_secrets(spec.env, no_secrets)
         hint = (
             "this plane keeps no secrets: serve the endpoint with `flashpoint serve` and set each there with "
             "`flashpoint secret set NAME`, or drop it from the endpoint's env"
         )
     else:
-        missing, hint = missing_secrets(spec.env, secrets), ""
+        missing, hint = missing_secrets(spec.env, secrets(spec.app)), set_secret_hint(spec.app)
     if missing:
         raise MissingSecretsError(spec.key, missing, hint=hint)
 
@@ -75,10 +97,11 @@ class Supervisor:
         on_not_ready: Callable[[Worker, NotReadyError], None],
         on_serving: Callable[[Worker], None] = lambda worker: None,
         node_of: Callable[[str], Node | None] = lambda name: None,
-        secrets: SecretResolver = no_secrets,
+        secrets: AppSecrets = no_app_secrets,
     ) -> None:
         self.backend = backend
-        #: the values of the secrets endpoints name in their env, read at each launch (a secret set since counts)
+        #: the values of the secrets endpoints name in their env, per app, read at each launch (a secret set since
+        #: counts)
         self._secrets = secrets
         #: the fleet's node of that name (its datacenter label reaches the worker)
         self._node_of = node_of
@@ -150,7 +173,7 @@ class Supervisor:
         for variable in PLANE_CREDENTIALS:  # the server's own keys never reach the code it runs
             env.pop(variable, None)
         try:  # the spec holds references only; the values exist in this launch's environment and nowhere else
-            env.update(expand_env(ep.spec.env, self._secrets, endpoint=name))
+            env.update(expand_env(ep.spec.env, self._secrets(ep.spec.app), endpoint=name))
         except MissingSecretsError as exc:  # deleted since the endpoint was registered: this start fails
             raise BackendError(str(exc)) from None
         environment = ep.environment.environment if ep.environment is not None else None

@@ -26,7 +26,7 @@ from flashpoint.fleet.inventory import Device, Fleet, Holder
 from flashpoint.jobs import LOG_CUT, MAX_JOB_LOG_LINES, Job, JobError, JobStatus, Reason
 from flashpoint.scheduler import departed, watchdog
 from flashpoint.scheduler.exits import describe_exit, failed_by_itself
-from flashpoint.scheduler.launcher import PLANE_CREDENTIALS as PLANE_CREDENTIALS, Supervisor
+from flashpoint.scheduler.launcher import PLANE_CREDENTIALS as PLANE_CREDENTIALS, AppSecrets, Supervisor, no_app_secrets
 from flashpoint.scheduler.ownership.leasing import DeviceLeasing
 from flashpoint.scheduler.placement.fit import CpuFit, Fit
 from flashpoint.scheduler.protocol import release_takers, signal_stop
@@ -35,7 +35,6 @@ from flashpoint.scheduler.routeserving import RouteServing
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.waiters import wake
-from flashpoint.spec import SecretResolver, no_secrets
 from flashpoint.terminal import inert
 from flashpoint.wire import protocol
 from flashpoint.wire.protocol import line_level
@@ -84,10 +83,10 @@ class WorkerSupervision:
         job_lost: Callable[[EndpointState, Job, str], None],
         kick: Callable[[], None],
         kick_if_someone_waits: Callable[[], None],
-        secrets: SecretResolver = no_secrets,
+        secrets: AppSecrets = no_app_secrets,
     ) -> None:
         """``credential(endpoint, worker id)`` is a worker's key; ``secrets`` gives the values of the secrets an
-        endpoint's env names, at each launch; ``job_lost(ep, job, what)`` applies the retry rule
+        endpoint's env names (its app's resolver), at each launch; ``job_lost(ep, job, what)`` applies the retry rule
         to a running job whose worker is gone; ``kick`` asks for a reconcile, ``kick_if_someone_waits`` for one only
         while an endpoint waits for devices."""
         self._state = state
