@@ -192,7 +192,7 @@ async def test_jobs_lists_and_filters(waiting: str, tmp_path: Path) -> None:
     listed = invoke(tmp_path, "jobs")
     queued = invoke(tmp_path, "jobs", "--status", "in_queue", "--endpoint", "needs-b200", "--json")
     done = invoke(tmp_path, "jobs", "--status", "COMPLETED")
-    other = invoke(tmp_path, "jobs", "-e", "other")
+    other = invoke(tmp_path, "jobs", "--endpoint", "other")
     bad = invoke(tmp_path, "jobs", "--status", "done")
 
     assert listed.exit_code == 0, listed.output

@@ -1,6 +1,10 @@
 """``flashpoint explain``: why jobs wait, from the running flashpoint processes or, with ``--app``, offline; with
 ``--app`` and ``--fleet``, where every worker would go on a described fleet (the what-if).
 
+``--app`` names a file or module to explain offline, as it always has; a value that names nothing to load here and
+can be an app's name (``shop``), or any ``--app`` beside ``--env``, filters the running processes' explanations to
+that deployed app instead (decision 0102).
+
 Edge module: may import anything in flashpoint, plus typer and httpx (through ``cli.live``).
 """
 
@@ -19,6 +23,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from flashpoint.cli.appfilter import AppFilter, EnvFilterOption, app_env
 from flashpoint.cli.holders import held_devices, holders_note
 from flashpoint.cli.live import LivePlane, describe, no_plane_message
 from flashpoint.cli.output import (
@@ -32,7 +37,7 @@ from flashpoint.cli.output import (
 )
 from flashpoint.cli.target import KeyOption, UrlOption, ask, planes, where
 from flashpoint.config import Settings
-from flashpoint.errors import ConfigError, Error, NotFoundError
+from flashpoint.errors import ConfigError, ConflictError, Error, NotFoundError
 from flashpoint.explain import Code, Explanation, OtherProcess, WaitReason
 from flashpoint.fleet.discovery import discover_fleet, host_node
 from flashpoint.fleet.inventory import Fleet, fleet_summary, nodes_summary
@@ -44,7 +49,7 @@ from flashpoint.scheduler.placement.fit import CpuFit, NoFit, endpoint_notes, ne
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.views import never_summary
 from flashpoint.scheduler.whatif import Row, Verdict, what_if
-from flashpoint.spec import EndpointSpec
+from flashpoint.spec import APP_NAME, EndpointSpec, endpoint_id, split_endpoint_id
 from flashpoint.terminal import inert
 
 #: what ``explain`` adds when no process runs
@@ -67,10 +72,14 @@ class Item:
     def to_json(self) -> dict[str, Any]:
         body = self.explanation.to_json()
         body.update({"source": self.source, "pid": self.pid, "gpu": self.asks, "placement": self.placement})
+        body["app"], body["env"] = app_env(self.explanation.endpoint)
         return body
 
     def __str__(self) -> str:
         lines = str(self.explanation).split("\n")
+        app, env = app_env(self.explanation.endpoint)
+        if app is not None:
+            lines.insert(1, f"  app {app}, environment {env}")
         if self.asks:
             lines.insert(1, f"  asks for {self.asks}")
         if self.placement:
@@ -94,11 +103,15 @@ def explain(
         str | None,
         typer.Option(
             "--app",
+            "-a",
             metavar="APP",
-            help="Explain the endpoints of app.py (or package.module) against this machine's fleet, starting nothing.",
+            help="Explain the endpoints of app.py (or package.module) against this machine's fleet, starting nothing. "
+            "A name that is no file or module here (or any with --env) is a deployed app's: only its endpoints and "
+            "jobs are explained, by the running processes.",
             show_default=False,
         ),
     ] = None,
+    env: EnvFilterOption = None,
     fleet: Annotated[
         str | None,
         typer.Option(
@@ -125,7 +138,17 @@ def explain(
 
     With --app and --fleet, says for each endpoint where its workers would go on that fleet (minimums first, then a
     first worker each, then up to each maximum in turn), or that they never can, and why.
+
+    With --app NAME of a deployed app or --env ENV, asks the running processes about that app's or environment's
+    endpoints only; ENDPOINT may then be a bare name.
     """
+    shown = AppFilter(None, env)
+    if app_path is not None and (env is not None or names_an_app(app_path)) and fleet is None:
+        if env is not None and not APP_NAME.fullmatch(app_path):
+            _usage(f"--env filters the running processes; --app {app_path} explains a file offline: leave one out")
+        shown, app_path = AppFilter(app_path, env), None
+    elif env is not None and app_path is not None:
+        _usage("--env filters the running processes; --app with --fleet explains a file offline: leave one out")
     if watch and app_path is not None:
         _usage("--watch follows running processes; --app starts nothing and would not change: leave one out")
     check_watch(watch, as_json)
@@ -133,7 +156,7 @@ def explain(
 
         def draw() -> RenderableType:
             notes: list[str] = []
-            items = _live(target, Settings.load(), url, key, notes)
+            items = _live(target, Settings.load(), url, key, notes, shown)
             return Group(render_items(items), *(Text(note) for note in notes))
 
         watch_view(draw, interval=interval, count=count, out=console())
@@ -148,11 +171,17 @@ def explain(
     if app_path is not None:
         items = _offline(app_path, target)
     else:
-        items = _live(target, Settings.load(), url, key)
+        items = _live(target, Settings.load(), url, key, shown=shown)
     if as_json:
         print_json({"explanations": [item.to_json() for item in items]})
         return
     print(render_items(items).plain, end="")
+
+
+def names_an_app(value: str) -> bool:
+    """Whether ``--app value`` is a deployed app's name: one an app may have that names no file, folder or module
+    to load from the current folder (``app.py``, ``pkg.module`` and ``shop`` beside ``shop.py`` are loaded)."""
+    return APP_NAME.fullmatch(value) is not None and not (Path(value).exists() or Path(value + ".py").exists())
 
 
 def render_items(items: list[Item]) -> Text:
@@ -432,8 +461,11 @@ def _live(
     url: str | None = None,
     key: str | None = None,
     notes: list[str] | None = None,
+    shown: AppFilter | None = None,
 ) -> list[Item]:
-    """Ask the planes (this machine's, or the one at ``url``); what cannot be said goes to ``notes`` (else stderr)."""
+    """Ask the planes (this machine's, or the one at ``url``) about ``target`` or, without it, every endpoint of
+    ``shown``'s app and environment; what cannot be said goes to ``notes`` (else stderr)."""
+    shown = shown or AppFilter()
 
     def note(text: str) -> None:
         if notes is None:
@@ -451,23 +483,52 @@ def _live(
     if target is None:
         items: list[Item] = []
         for plane in found:
-            body = ask(plane, "/v1/endpoints", notes=notes)
+            body = ask(plane, "/v1/endpoints", shown.params() or None, notes=notes)
             if body is not None:
+                # (a plane older than the filters lists every endpoint: they are applied here too)
+                body = {"endpoints": [ep for ep in body["endpoints"] if shown.matches(ep["name"])]}
                 if not body["endpoints"]:
-                    note(f"{describe(plane)}: no endpoint has been called yet")
+                    said = f"no endpoints of {shown}" if shown.active else "no endpoint has been called yet"
+                    note(f"{describe(plane)}: {said}")
                 items.extend(_endpoint_items(plane, body))
         return items
     names: list[str] = []
     for plane in found:
         job = ask(plane, f"/v1/jobs/{quote(target, safe='')}", notes=notes)
         if job is not None:
+            if not shown.matches(job["endpoint"]):
+                raise NotFoundError(f"job {target!r} is a job of {job['endpoint']!r}, not of {shown}")
             explanation = Explanation.from_json(job["explanation"])
             return [Item(explanation, describe(plane), plane.pid, placement=job.get("placement"))]
+    name = _filtered_name(found, target, shown, notes)
     for plane in found:
-        endpoint = ask(plane, f"/v1/endpoints/{quote(target, safe='')}/explain", notes=notes)
-        if endpoint is not None:
+        endpoint = ask(plane, f"/v1/endpoints/{quote(name, safe='')}/explain", notes=notes)
+        if endpoint is not None and shown.matches(endpoint["endpoint"]):
             return [Item(Explanation.from_json(endpoint), describe(plane), plane.pid)]
         body = ask(plane, "/v1/endpoints", notes=notes)
         names.extend(ep["name"] for ep in (body or {}).get("endpoints", []))
+    names = [name for name in names if shown.matches(name)]
     known = f"; endpoints: {', '.join(sorted(set(names)))}" if names else ""
-    raise NotFoundError(f"no job or endpoint {target!r} in {where(found)}{known}")
+    scope = f" of {shown}" if shown.active else ""
+    raise NotFoundError(f"no job or endpoint {target!r}{scope} in {where(found)}{known}")
+
+
+def _filtered_name(found: list[LivePlane], target: str, shown: AppFilter, notes: list[str] | None) -> str:
+    """The endpoint a bare name means within ``shown``: ``app.env.name`` when both are given, else the one endpoint
+    of that name the filter keeps (several: ``ConflictError`` naming them); an id, or no filter, is asked as it is
+    (the planes answer an ambiguous bare name with 409, naming the ids)."""
+    if not shown.active or split_endpoint_id(target) is not None:
+        return target
+    if shown.app is not None and shown.env is not None:
+        return endpoint_id(shown.app, shown.env, target)
+    ids: set[str] = set()
+    for plane in found:
+        body = ask(plane, "/v1/endpoints", shown.params(), notes=notes) or {}
+        ids.update(
+            ep["name"]
+            for ep in body.get("endpoints", [])
+            if shown.matches(ep["name"]) and (split_endpoint_id(ep["name"]) or ("", "", ""))[2] == target
+        )
+    if len(ids) > 1:
+        raise ConflictError(f"endpoint name {target!r} is ambiguous within {shown}: {', '.join(sorted(ids))}; name one")
+    return ids.pop() if ids else target

@@ -22,6 +22,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from flashpoint.cli.appfilter import AppFilter, AppFilterOption, EnvFilterOption, app_env_text
 from flashpoint.cli.live import LivePlane, describe
 from flashpoint.cli.output import JsonOption, clock, console, duration_ms, print_json
 from flashpoint.cli.target import (
@@ -57,8 +58,14 @@ _RUN_HINT = ", or run a function in this process with `flashpoint run app.py::fn
 def jobs(
     endpoint: Annotated[
         str | None,
-        typer.Option("--endpoint", "-e", help="Only this endpoint's jobs.", autocompletion=complete_endpoints),
+        typer.Option(
+            "--endpoint",
+            help="Only this endpoint's jobs (its id, or its name with --app and --env).",
+            autocompletion=complete_endpoints,
+        ),
     ] = None,
+    app: AppFilterOption = None,
+    env: EnvFilterOption = None,
     status: Annotated[
         JobStatus | None, typer.Option("--status", "-s", case_sensitive=False, help="Only jobs in this status.")
     ] = None,
@@ -69,13 +76,14 @@ def jobs(
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List jobs, newest first: their endpoint, status, timing and where they ran."""
+    """List jobs, newest first: their endpoint (and its app and environment), status, timing and where they ran."""
     found = required_planes(url, key)
     params = {"limit": str(limit)}
     if endpoint:
         params["endpoint"] = endpoint
     if status:
         params["status"] = status.value
+    params.update(AppFilter(app, env).params())
     listed: list[tuple[LivePlane, dict[str, Any]]] = []
     for plane in found:
         body = ask(plane, "/v1/jobs", params)
@@ -90,9 +98,11 @@ def jobs(
         out.print(Text(f"no jobs{' with ' + filters if filters else ''} in {where(found)}"))
         return
     several = len(found) > 1
+    of_apps = any(app_env_text(job["endpoint"]) for _, job in listed)
     table = Table(title_justify="left", padding=(0, 1))
     columns = (
         "id",
+        *(("app/env",) if of_apps else ()),
         "endpoint",
         "status",
         "by",
@@ -108,6 +118,7 @@ def jobs(
         job = inert_data(raw)
         table.add_row(
             job["id"],
+            *((Text(app_env_text(job["endpoint"])),) if of_apps else ()),
             Text(job["endpoint"]),
             _status_text(job),
             Text(job.get("submittedBy") or "-"),
@@ -175,6 +186,8 @@ def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
     grid.add_row("job", Text(body["id"]))
     grid.add_row("status", _status_text(body))
     grid.add_row("endpoint", Text(body["endpoint"]))
+    if app_env_text(body["endpoint"]):
+        grid.add_row("app/env", Text(app_env_text(body["endpoint"])))
     if body.get("submittedBy"):  # the key that submitted it (a server without keys records none)
         grid.add_row("submitted by", Text(body["submittedBy"]))
     grid.add_row("on", Text(describe(plane)))
@@ -209,11 +222,21 @@ def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
 def logs(
     job_id: JobIdArgument,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")] = False,
+    app: AppFilterOption = None,
+    env: EnvFilterOption = None,
     url: UrlOption = None,
     key: KeyOption = None,
 ) -> None:
-    """Print a job's log lines (what its handler printed); with -f, follow them until the job ends."""
+    """Print a job's log lines (what its handler printed); with -f, follow them until the job ends.
+
+    With --app or --env, only a job of that app or environment: another's is not printed.
+    """
     plane, body = find_job(required_planes(url, key), job_id)
+    wanted = AppFilter(app, env)
+    if not wanted.matches(body["endpoint"]):
+        raise NotFoundError(
+            f"job {job_id!r} is a job of {body['endpoint']!r}, not of {wanted}; leave out --app and --env to read it"
+        )
     shown = 0
     try:
         while True:

@@ -15,6 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from flashpoint.cli.appfilter import AppFilter, AppFilterOption, EnvFilterOption, app_env, app_env_text
 from flashpoint.cli.live import SCRIPT, LivePlane, command_of, describe, no_plane_message
 from flashpoint.cli.output import (
     CountOption,
@@ -33,6 +34,8 @@ from flashpoint.terminal import inert_data
 
 
 def status(
+    app: AppFilterOption = None,
+    env: EnvFilterOption = None,
     url: UrlOption = None,
     key: KeyOption = None,
     as_json: JsonOption = False,
@@ -44,47 +47,56 @@ def status(
     progress and the GPUs (or vCPUs) they hold.
 
     Without --url, asks every flashpoint process on this machine: `flashpoint serve` servers and scripts' embedded
-    planes alike.
+    planes alike. With --app or --env, only the endpoints of that app or environment.
     """
     check_watch(watch, as_json)
+    shown = AppFilter(app, env)
     if watch:
 
         def draw() -> RenderableType:
             notes: list[str] = []
-            return render(collect(url, key, notes)[0], notes)
+            return render(collect(url, key, notes, shown)[0], notes, shown)
 
         watch_view(draw, interval=interval, count=count, out=console())
         return
-    bodies, settings = collect(url, key, None)
+    bodies, settings = collect(url, key, None, shown)
     if as_json:
         print_json({"planes": bodies})
         return
     if not bodies:
         print(no_plane_message(settings), file=sys.stderr)
         return
-    console().print(render(bodies, []))
+    console().print(render(bodies, [], shown))
 
 
-def collect(url: str | None, key: str | None, notes: list[str] | None) -> tuple[list[dict[str, Any]], Settings]:
+def collect(
+    url: str | None, key: str | None, notes: list[str] | None, shown: AppFilter | None = None
+) -> tuple[list[dict[str, Any]], Settings]:
     """Every plane's status body; planes of this machine that do not answer are skipped (noted in ``notes``)."""
     settings = Settings.load()
     bodies = []
     for plane in planes(url, key, settings):
-        body = plane_status(plane, notes)
+        body = plane_status(plane, notes, shown)
         if body is not None:
             bodies.append(body)
     return bodies, settings
 
 
-def plane_status(plane: LivePlane, notes: list[str] | None = None) -> dict[str, Any] | None:
-    """One plane's endpoints and fleet, condensed: what ``--json`` prints for it."""
-    endpoints = ask(plane, "/v1/endpoints", notes=notes)
+def plane_status(
+    plane: LivePlane, notes: list[str] | None = None, shown: AppFilter | None = None
+) -> dict[str, Any] | None:
+    """One plane's endpoints (those of ``shown``'s app and environment) and fleet, condensed: what ``--json`` prints
+    for it."""
+    shown = shown or AppFilter()
+    endpoints = ask(plane, "/v1/endpoints", shown.params() or None, notes=notes)
     if endpoints is None:
         return None
     fleet = ask(plane, "/v1/fleet", notes=notes) or {"devices": [], "nodes": []}
     devices: list[dict[str, Any]] = fleet["devices"]
     reservations = [r for node in fleet.get("nodes", []) for r in node.get("reservations", [])]
-    rows = [endpoint_status(row, devices, reservations) for row in endpoints["endpoints"]]
+    # (the plane filters; a plane older than the filters lists every endpoint, so they are applied here too)
+    listed = [row for row in endpoints["endpoints"] if shown.matches(row["name"])]
+    rows = [endpoint_status(row, devices, reservations) for row in listed]
     held = sum(1 for d in devices if d["worker"] is not None)
     return {
         "source": describe(plane),
@@ -106,8 +118,11 @@ def endpoint_status(
     name = row["name"]
     workers = row.get("workers", [])
     states = Counter(str(w["state"]) for w in workers)
+    app, env = app_env(name)
     return {
         "name": name,
+        "app": app,
+        "env": env,
         "kind": row.get("kind"),
         "gpu": row.get("gpu"),
         "cpu": row.get("cpu"),
@@ -152,15 +167,22 @@ def _held_text(row: dict[str, Any]) -> str:
 
 
 def endpoints_table(body: dict[str, Any]) -> Table:
-    """The endpoints of one plane, one row each."""
+    """The endpoints of one plane, one row each; where some are an app's, its app and environment first
+    (``shop/production``), the rows of one app and environment together."""
     table = Table(title_justify="left", padding=(0, 1))
+    rows: list[dict[str, Any]] = body["endpoints"]
+    of_apps = any(app_env_text(row["name"]) for row in rows)
+    if of_apps:
+        table.add_column("app/env")
+        rows = sorted(rows, key=lambda row: app_env_text(row["name"]))  # stable: each group keeps the plane's order
     for column in ("endpoint", "asks for", "workers", "queued", "running", "holds", "state"):
         table.add_column(column, justify="right" if column in ("queued", "running") else "left")
-    for row in body["endpoints"]:
+    for row in rows:
         asks = row["gpu"] if row.get("cpu") is None else "cpu=" + ",".join(row["cpu"])
         if row.get("kind") == "routes":
             asks += " (HTTP routes)"
         table.add_row(
+            *((Text(app_env_text(row["name"])),) if of_apps else ()),
             Text(row["name"]),
             Text(str(asks or "-")),
             _workers_text(row),
@@ -188,7 +210,7 @@ def header(body: dict[str, Any]) -> Text:
     return Text(line, style="bold")
 
 
-def render(bodies: Sequence[dict[str, Any]], notes: Sequence[str]) -> RenderableType:
+def render(bodies: Sequence[dict[str, Any]], notes: Sequence[str], shown: AppFilter | None = None) -> RenderableType:
     """What ``flashpoint status`` draws (and redraws with --watch), the planes' texts inert."""
     bodies = inert_data(bodies)
     parts: list[RenderableType] = []
@@ -200,6 +222,8 @@ def render(bodies: Sequence[dict[str, Any]], notes: Sequence[str]) -> Renderable
             parts.append(endpoints_table(body))
         else:
             said = "no endpoint has been called yet" if body["kind"] == SCRIPT else "no endpoints"
+            if shown is not None and shown.active:
+                said = f"no endpoints of {shown}"
             parts.append(Text(f"  {said}"))
         parts.append(Text(""))
     parts.extend(Text(note) for note in notes)
