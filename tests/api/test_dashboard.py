@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -217,6 +218,54 @@ def test_the_scripts_write_text_and_keep_the_key_in_this_tab() -> None:
     assert "textContent" in scripts["dom.js"] and "createTextNode" in scripts["dom.js"]
     assert "sessionStorage" in scripts["state.js"] and "sessionStorage" in scripts["dashboard.js"]
     assert '"Bearer "' in scripts["api.js"] and 'credentials: "omit"' in scripts["api.js"]
+
+
+def test_the_app_filter_is_a_select_built_from_the_data_as_text() -> None:
+    """Decision 0102: an app/env select whose options come from the endpoints' ``app`` and ``env`` (as text), sent to
+    ``/v1/jobs`` as ``app=``/``env=`` and kept in the fragment; each endpoint and job shows its app and environment."""
+    page = package_text("index.html")
+    scripts = {name: code_of(package_text(name)) for name in MODULES}
+    assert '<select id="filter-app"><option value="">all</option></select>' in page
+    assert 'query.set("app", state.app)' in scripts["api.js"] and 'query.set("env", state.env)' in scripts["api.js"]
+    assert 'params.set("app", state.app)' in scripts["dashboard.js"] and '$("filter-app")' in scripts["dashboard.js"]
+    fleet = scripts["fleet.js"]
+    assert "function drawAppChoices(endpoints)" in fleet and 'el("option", { text: label(choice) })' in fleet
+    assert "every.filter(inChosenApp)" in fleet and 'fact("app/env", appEnvText(ep))' in fleet
+    assert 'el("td", { text: appEnvText(j) })' in scripts["jobs.js"]
+
+
+def test_the_app_filter_s_choices_read_back_to_the_filter(tmp_path: Path) -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    (tmp_path / "state.js").write_text(package_text("state.js"))
+    (tmp_path / "check.mjs").write_text(
+        textwrap.dedent(
+            """
+            globalThis.sessionStorage = { getItem: () => null };
+            const { appChoice, appFilter, appEnvText, inChosenApp, state } = await import("./state.js");
+            const choices = [["shop", ""], ["shop", "production"], ["", "production"], ["", ""]];
+            const back = choices.map(([app, env]) => appFilter(appChoice(app, env)));
+            state.app = "shop";
+            const rows = [{ app: "shop", env: "staging" }, { app: "blog", env: "staging" }, { app: null, env: null }];
+            const kept = rows.map(inChosenApp);
+            state.app = "";
+            state.env = "staging";
+            const byEnv = rows.map(inChosenApp);
+            console.log(JSON.stringify({ back, kept, byEnv, text: rows.map(appEnvText) }));
+            """
+        )
+    )
+
+    done = subprocess.run([node, "check.mjs"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "back": [{"app": a, "env": e} for a, e in [("shop", ""), ("shop", "production"), ("", "production"), ("", "")]],
+        "kept": [True, False, False],
+        "byEnv": [True, True, False],
+        "text": ["shop/staging", "blog/staging", ""],
+    }
 
 
 def test_the_stylesheet_loads_nothing() -> None:

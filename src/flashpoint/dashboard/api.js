@@ -31,10 +31,13 @@ function messageOf(text) {
   }
 }
 
-// the jobs list's read: the newest JOBS_LIMIT jobs, filtered by the chosen endpoint and status
+// the jobs list's read: the newest JOBS_LIMIT jobs, filtered by the chosen endpoint, status, app and environment
+// (the server filters by app before the limit)
 export function jobsPath() {
   const query = new URLSearchParams({ limit: String(JOBS_LIMIT) });
   if (state.endpoint) query.set("endpoint", state.endpoint);
   if (state.status) query.set("status", state.status);
+  if (state.app) query.set("app", state.app);
+  if (state.env) query.set("env", state.env);
   return "/v1/jobs?" + query.toString();
 }

@@ -15,7 +15,7 @@ import { ApiError, AuthError, api, jobsPath } from "./api.js";
 import { $, el, replace } from "./dom.js";
 import { drawEndpoints, drawFleet } from "./fleet.js";
 import { drawDetailAnswer, drawJobs, hideDetail, showSelected } from "./jobs.js";
-import { KEY_STORAGE, actions, state } from "./state.js";
+import { KEY_STORAGE, actions, appChoice, appFilter, state } from "./state.js";
 
 const POLL_MS = 1000;
 const MAX_BACKOFF_MS = 8000;
@@ -156,22 +156,28 @@ $("forget-key").addEventListener("click", () => {
 });
 
 // ---------------------------------------------------------------------------------------------------------------
-// filters and the selected job live in the address's fragment (#endpoint=...&status=...&job=...)
+// filters and the selected job live in the address's fragment (#endpoint=...&status=...&app=...&env=...&job=...)
 
 function readHash() {
   const params = new URLSearchParams(location.hash.slice(1));
   state.endpoint = params.get("endpoint") || "";
   state.status = params.get("status") || "";
+  state.app = params.get("app") || "";
+  state.env = params.get("env") || "";
   state.job = params.get("job") || "";
   ensureOption($("filter-endpoint"), state.endpoint);
   $("filter-endpoint").value = state.endpoint;
   $("filter-status").value = state.status;
+  ensureOption($("filter-app"), appChoice(state.app, state.env));
+  $("filter-app").value = appChoice(state.app, state.env);
 }
 
 function writeHash() {
   const params = new URLSearchParams();
   if (state.endpoint) params.set("endpoint", state.endpoint);
   if (state.status) params.set("status", state.status);
+  if (state.app) params.set("app", state.app);
+  if (state.env) params.set("env", state.env);
   if (state.job) params.set("job", state.job);
   const hash = params.toString();
   history.replaceState(null, "", hash ? "#" + hash : location.pathname + location.search);
@@ -192,6 +198,7 @@ function ensureOption(select, value) {
 
 $("filter-endpoint").addEventListener("change", (e) => setFilters({ endpoint: e.target.value }));
 $("filter-status").addEventListener("change", (e) => setFilters({ status: e.target.value }));
+$("filter-app").addEventListener("change", (e) => setFilters(appFilter(e.target.value)));
 window.addEventListener("hashchange", () => {
   readHash();
   if (!state.job) hideDetail();

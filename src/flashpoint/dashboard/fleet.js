@@ -3,7 +3,7 @@
 // link and the reasons table the jobs section (jobs.js) reuses. Every text goes in as text (dom.js).
 
 import { $, el, fact, pill, replace, table } from "./dom.js";
-import { actions, state } from "./state.js";
+import { actions, appChoice, appEnvText, inChosenApp, state } from "./state.js";
 
 // the fleet: nodes and their devices, the simulated mark, who holds each
 
@@ -105,7 +105,9 @@ export function endpointLink(name) {
 // endpoints: workers by state, queue depth, scaler, why it waits (per GPU candidate)
 
 export function drawEndpoints(body) {
-  const endpoints = body.endpoints || [];
+  const every = body.endpoints || [];
+  drawAppChoices(every);
+  const endpoints = every.filter(inChosenApp);
   const select = $("filter-endpoint");
   const wanted = ["", ...endpoints.map((e) => e.name)];
   if (state.endpoint && !wanted.includes(state.endpoint)) wanted.push(state.endpoint);
@@ -116,13 +118,37 @@ export function drawEndpoints(body) {
     select.value = state.endpoint;
   }
   if (!endpoints.length) {
-    replace($("endpoints-body"), el("p", { cls: "empty", text: "no endpoints registered yet" }));
+    const said = every.length ? "no endpoints of this app and environment" : "no endpoints registered yet";
+    replace($("endpoints-body"), el("p", { cls: "empty", text: said }));
     return;
   }
   replace(
     $("endpoints-body"),
     el("div", { cls: "cards" }, endpoints.map(drawEndpoint)),
   );
+}
+
+// the app/env select, built from the endpoints' apps and environments: every app, then each of its environments (the
+// chosen one is kept while no endpoint of it is registered)
+function drawAppChoices(endpoints) {
+  const envs = new Map();
+  for (const ep of endpoints) {
+    if (!ep.app) continue;
+    if (!envs.has(ep.app)) envs.set(ep.app, new Set());
+    envs.get(ep.app).add(ep.env);
+  }
+  const wanted = [""];
+  for (const app of [...envs.keys()].sort()) {
+    wanted.push(app, ...[...envs.get(app)].sort().map((env) => appChoice(app, env)));
+  }
+  const chosen = appChoice(state.app, state.env);
+  if (chosen && !wanted.includes(chosen)) wanted.push(chosen);
+  const select = $("filter-app");
+  if ([...select.options].map((o) => o.value).join("\n") === wanted.join("\n")) return;
+  const label = (choice) => (!choice ? "all" : choice.includes("/") ? choice : `${choice} (every environment)`);
+  replace(select, wanted.map((choice) => el("option", { text: label(choice) })));
+  [...select.options].forEach((o, i) => (o.value = wanted[i]));
+  select.value = chosen;
 }
 
 function drawEndpoint(ep) {
@@ -143,7 +169,7 @@ function drawEndpoint(ep) {
     "div",
     { cls: "card endpoint" + (ex.never ? " never" : ""), data: { endpoint: ep.name } },
     el("h3", null, endpointLink(ep.name), " ", pill(ep.kind || "function"), ex.never ? [" ", pill("can never run here", "never")] : null),
-    el("div", { cls: "facts" }, fact("on", what)),
+    el("div", { cls: "facts" }, ep.app ? fact("app/env", appEnvText(ep)) : null, fact("on", what)),
     el(
       "div",
       { cls: "facts" },

@@ -5,7 +5,7 @@
 import { AuthError } from "./api.js";
 import { $, el, json, ms, pill, replace, table, time } from "./dom.js";
 import { endpointLink, reasonsTable } from "./fleet.js";
-import { actions, JOBS_LIMIT, state } from "./state.js";
+import { actions, appEnvText, JOBS_LIMIT, state } from "./state.js";
 
 export function drawJobs(body) {
   const jobs = body.jobs || [];
@@ -14,6 +14,7 @@ export function drawJobs(body) {
     replace($("jobs-body"), el("p", { cls: "empty", text: "no jobs match" }));
     return;
   }
+  const ofApps = jobs.some((j) => j.app); // the app/env column only where some job is an app's
   const rows = jobs.map((j) =>
     el(
       "tr",
@@ -23,6 +24,7 @@ export function drawJobs(body) {
         onclick: () => actions.selectJob(j.id),
       },
       el("td", { cls: "mono", text: j.id }),
+      ofApps ? el("td", { text: appEnvText(j) }) : null,
       el("td", { text: j.endpoint }),
       el("td", null, pill(j.status, "s-" + j.status)),
       el("td", { text: j.reason || "" }),
@@ -32,7 +34,7 @@ export function drawJobs(body) {
       el("td", { text: ms(j.executionTime) }),
     ),
   );
-  replace($("jobs-body"), table(["Job", "Endpoint", "Status", "Reason", "Submitted", "By", "Waited", "Ran"], rows));
+  replace($("jobs-body"), table(["Job", ...(ofApps ? ["App/env"] : []), "Endpoint", "Status", "Reason", "Submitted", "By", "Waited", "Ran"], rows));
 }
 
 // a job was picked (dashboard.js has put it in state and the fragment): mark its row, open the detail until it loads
@@ -104,6 +106,7 @@ function drawDetail(job) {
       "dl",
       null,
       el("dt", { text: "endpoint" }), el("dd", null, endpointLink(job.endpoint)),
+      job.app ? [el("dt", { text: "app/env" }), el("dd", { text: appEnvText(job) })] : null,
       el("dt", { text: "submitted by" }), el("dd", { cls: "mono", text: job.submittedBy || "—" }),
       el("dt", { text: "reason" }), el("dd", { cls: "reason-code", text: job.reason || "—" }),
       el("dt", { text: "worker" }), el("dd", { cls: "mono", text: job.workerId || "—" }),

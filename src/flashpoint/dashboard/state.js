@@ -12,6 +12,8 @@ export const state = {
   waitingForKey: false, // the key form is up: no reads until it is answered
   endpoint: "",
   status: "",
+  app: "", // the app filter (its name), and the environment within it (or of every app when app is empty)
+  env: "",
   job: "",
   seen: {}, // the last body drawn per section: a section whose answer did not change is not drawn again
   timer: 0,
@@ -27,3 +29,25 @@ export const actions = {
   selectJob: (id) => {}, // a job's row was clicked: show its detail
   closeDetail: () => {}, // the detail's "close" was clicked
 };
+
+// the app/env select's value of a filter: "shop" (every environment of shop), "shop/production", "" (every app); an
+// environment of every app is "/production". App and environment names hold no "/" (the server refuses them).
+export function appChoice(app, env) {
+  if (!app && !env) return "";
+  return env ? `${app}/${env}` : app;
+}
+
+export function appFilter(choice) {
+  const [app, env] = choice.includes("/") ? choice.split("/", 2) : [choice, ""];
+  return { app, env };
+}
+
+// the app and environment of an endpoint or a job row (the API says them; null outside any app)
+export function appEnvText(row) {
+  return row.app ? `${row.app}/${row.env}` : "";
+}
+
+// whether a row (endpoint or job) passes the app/env filter: one outside any app passes no filter
+export function inChosenApp(row) {
+  return (!state.app || row.app === state.app) && (!state.env || row.env === state.env);
+}
