@@ -73,7 +73,7 @@ def test_decorated_functions_call_the_server_when_flashpoint_url_is_set(serve: A
 
 def test_sigterm_stops_workers_and_requeues_running_jobs(serve: Any, tmp_path: Path) -> None:
     db = tmp_path / "jobs.db"
-    first = serve(db=db)
+    first = serve("--grace-s", "1", db=db)  # the job outlives the grace period: cut short, requeued
     with httpx.Client(base_url=first.url, headers=first.headers, timeout=30) as client:
         job = client.post("/v2/slow/run", json={"input": {"seconds": 3600}}).json()["id"]
         deadline = time.monotonic() + 30
