@@ -5,6 +5,7 @@ plane whose workers the test plays. Flash's real client against a real server: t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from flashpoint import Endpoint, GpuGroup
+from flashpoint.access import Principal
 from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.flashroute import FLASH_PATH
 from flashpoint.api.native import job_body
@@ -331,3 +333,69 @@ async def test_runpods_routes_take_function_name_on_a_shared_name_only(served: S
     assert "function_name" in refused(lone, 400, "bad_input")
     # flashpoint's own target wins, and function_name is then an argument (shout has none of that name)
     assert "function_name" in refused(named, 400, "bad_input")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Apps (decision 0104): the headers name an app's endpoint, among those the key sees
+
+#: a scoped key limited to app lab (``principal_lookup``'s answer for it)
+LAB_KEY = "fpk_lab"
+
+
+@pytest.fixture
+async def apps() -> AsyncIterator[Served]:
+    """``route-add`` deployed as app shop (production) and app lab (staging), beside the served ``route-add`` and
+    ``route-ping`` of no app; ``LAB_KEY`` is an invoke key limited to lab."""
+    door = await open_door("node-a=NVIDIA_H200:2")
+    for handle in (add, ping):
+        door.plane.register(handle.spec, TARGET)
+    for app, env in (("shop", "production"), ("lab", "staging")):
+        door.plane.register(dataclasses.replace(add.spec, app=app, app_env=env), TARGET)
+    app = create_app(door.plane, api_keys=(KEY,), intake=Intake(input_checkers(HANDLES)), max_body_bytes=4096)
+    app.state.key_lookup = lambda token: Principal("lab-ci", "invoke", "lab", None) if token == LAB_KEY else None
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=Dispatch(app, door.plane)), base_url=BASE_URL) as c:
+        yield Served(door, c)
+
+
+def flash_headers(app: str, env: str | None, endpoint: str = "route-add", key: str = KEY) -> list[tuple[str, str]]:
+    sent = [("X-Flash-App", app), ("X-Flash-Endpoint", endpoint), ("Authorization", f"Bearer {key}")]
+    return sent + ([("X-Flash-Environment", env)] if env is not None else [])
+
+
+@pytest.mark.parametrize(
+    ("app", "env", "key", "endpoint"),
+    [
+        ("shop", "production", KEY, "shop.production.route-add"),
+        ("lab", "staging", KEY, "lab.staging.route-add"),
+        ("shop", None, KEY, "shop.production.route-add"),  # no environment header: Flash's default
+        ("lab", "staging", LAB_KEY, "lab.staging.route-add"),
+        ("ghost", "production", KEY, "route-add"),  # an app not deployed, a served endpoint of the name: that one
+    ],
+)
+async def test_the_headers_name_an_apps_endpoint(
+    apps: Served, app: str, env: str | None, key: str, endpoint: str
+) -> None:
+    call = apps.flash(None, {"input": {"a": 1, "b": 2}}, headers=flash_headers(app, env, key=key))
+    response, job = await apps.played(call, endpoint, {"output": 3})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["output"] == 3 and apps.door.plane.job(job["id"]).endpoint == endpoint
+
+
+@pytest.mark.parametrize(
+    ("app", "env", "endpoint", "key", "says"),
+    [
+        ("lab", "production", "route-add", KEY, "app 'lab' has no environment 'production'"),
+        ("lab", None, "route-add", KEY, "app 'lab' has no environment 'production'"),
+        ("ghost", "production", "route-embed", KEY, "app 'ghost' is not deployed; deploy it first with 'flashpoint"),
+        ("shop", "production", "route-add", LAB_KEY, "app 'shop' is not deployed; deploy it first with 'flashpoint"),
+        ("lab", "staging", "route-embed", KEY, "no endpoint named 'lab.staging.route-embed'"),
+    ],
+)
+async def test_what_is_not_deployed_or_not_seen_is_404(
+    apps: Served, app: str, env: str | None, endpoint: str, key: str, says: str
+) -> None:
+    response = await apps.flash(None, {"input": {"a": 1, "b": 2}}, headers=flash_headers(app, env, endpoint, key))
+
+    assert refused(response, 404, "not_found").startswith(says)
+    assert nothing_stored(apps.door)

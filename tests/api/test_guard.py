@@ -80,6 +80,22 @@ def test_a_server_without_keys_is_the_admin_unless_a_scoped_key_says_otherwise()
     assert identify(None, scoped, "Bearer fpk_good") == Principal("ci", "deploy", "shop", "prod")
 
 
+async def test_on_a_server_without_keys_a_deployed_workers_caller_key_is_still_limited_to_its_app() -> None:
+    # decision 0104: fan-out by a bare name stays inside the worker's app and environment, key or no key; a worker of
+    # a served project (no app) stays the admin there, as every local caller is
+    door = await open_door()
+    try:
+        bare, plane = key_state(()), door.plane
+        deployed = caller_credential(plane.worker_credential("shop.prod.front", "w-1"), "shop.prod.front", "w-1")
+        assert identify(plane, bare, f"Bearer {deployed}") == Principal(CALLER_NAME + "w-1", "invoke", "shop", "prod")
+        served = caller_credential(plane.worker_credential("front", "w-2"), "front", "w-2")
+        assert identify(plane, bare, f"Bearer {served}") is ADMIN_SERVER
+        tampered = deployed[:-1] + ("B" if deployed.endswith("A") else "A")
+        assert identify(plane, bare, f"Bearer {tampered}") is ADMIN_SERVER  # not a caller key: any local caller
+    finally:
+        await door.plane.close()
+
+
 @pytest.mark.parametrize(
     ("who", "app", "env", "words"),
     [

@@ -10,9 +10,12 @@ calls the endpoints ``flashpoint serve`` runs.
   endpoint named ``flash``. Same keys, body limit and intake checks as Runpod's client routes (without a key, a body
   not declared ``application/json`` is 415, as Flash's client declares it); the call is the key's ``INVOKE`` of the
   endpoint (``api/guard.py``).
-- Which endpoint: when ``X-Flash-App`` names an app deployed here, ``app.env.name`` of the three headers (Flash sends
-  ``production`` when no environment is set), and nothing else; otherwise (a project served with ``flashpoint serve``,
-  whose app header is only Flash's default, the folder's name) the endpoint's bare name (decision 0100).
+- Which endpoint (decisions 0100, 0104), among those the key sees: when ``X-Flash-App`` names an app deployed here,
+  ``app.env.name`` of the three headers (without ``X-Flash-Environment``, Flash's default ``production``; Flash 1.21
+  always sends all three), and nothing else: an environment not deployed is 404. Otherwise the endpoint's bare name
+  when it is one served outside any app (``flashpoint serve app.py``, whose app header is only Flash's default, the
+  folder's name) or no app is deployed here; else 404 "app 'x' is not deployed; deploy it first with 'flashpoint
+  deploy'" (Flash's client raises its own "not found in app ... deploy it first" for any 404).
 - Bodies: ``{"input": {kwargs}}``; a class method's ``{"input": {"method": NAME, ...}}``; Flash's ``"__empty": true``
   (sent for a call without arguments) is dropped. ``X-Flash-App``/``X-Flash-Environment`` are recorded in the job's
   ``flashpoint`` metadata (``"flash": {"app", "environment"}``).
@@ -39,7 +42,16 @@ from starlette.types import Receive, Scope, Send
 
 from flashpoint.access import Operation
 from flashpoint.api.errors import body as error_body, status_of
-from flashpoint.api.guard import UNAUTHORIZED, caller_worker, key_state, keyless, principal_of, resolve_endpoint
+from flashpoint.api.guard import (
+    UNAUTHORIZED,
+    caller_worker,
+    hidden_app,
+    key_state,
+    keyless,
+    principal_of,
+    resolve_endpoint,
+    sees_endpoint,
+)
 from flashpoint.api.loopguard import UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE, json_typed
 from flashpoint.api.runpod import (
     CALLER_SCOPE_KEY,
@@ -69,6 +81,9 @@ EMPTY = "__empty"
 #: how long a call waits for its job's end, by default: under Flash's client timeout (``FLASH_SENTINEL_TIMEOUT``,
 #: 90 s), so that the client reads this answer rather than give up first
 HOLD_MS = 85_000
+#: the environment Flash's client sends when ``FLASH_ENV`` is unset (``runpod_flash.flash_context.DEFAULT_ENV``); a
+#: call naming an app and no environment is for this one (decision 0104)
+DEFAULT_ENV = "production"
 #: the longest header values taken: an endpoint name, an app or environment name
 MAX_ENDPOINT, MAX_LABEL = 256, 128
 
@@ -146,7 +161,7 @@ class FlashRoute:
         }
         hold_ms = query_ms(request, "wait", HOLD_MS, 1000, 300_000)
         # 404 (or 403) before anything else: Flash reports a 404 as an endpoint not deployed
-        ep = resolve_endpoint(request, self.plane, self._target(endpoint, record), Operation.INVOKE)
+        ep = resolve_endpoint(request, self.plane, self._target(request, endpoint, record), Operation.INVOKE)
         endpoint = ep.spec.key
         raw = await request.body()
         data = parse_body(raw)
@@ -173,15 +188,29 @@ class FlashRoute:
             return json_response({"id": job.id, "status": status, "error": message})
         return json_response(flash_answer(view))
 
-    def _target(self, name: str, record: dict[str, str]) -> str:
-        """The endpoint a call names: ``app.env.name`` when the app header names an app deployed here, else ``name``
-        (Flash's app header defaults to the folder's name, which a served project's endpoints do not carry)."""
-        app, env = record.get("app"), record.get("environment")
-        if not app or not env:
+    def _target(self, request: Request, name: str, record: dict[str, str]) -> str:
+        """The endpoint a call names (decisions 0100, 0104), among the endpoints the request's key sees.
+
+        - ``X-Flash-App`` names an app deployed here: ``app.env.name``, the environment ``X-Flash-Environment`` or,
+          without one, Flash's default ``production``; an environment of the app not deployed is 404 (never another
+          environment's endpoint).
+        - Else ``name`` when it is an endpoint outside any app (a project served with ``flashpoint serve``, whose app
+          header is only Flash's default, the folder's name), or when no app is deployed here at all.
+        - Else 404: the app is not deployed (Flash's client reports it as such).
+        """
+        app = record.get("app")
+        if not app:
             return name
-        if any(ep.spec.app == app for ep in self.plane.state.endpoints.values()):
+        env = record.get("environment") or DEFAULT_ENV
+        who = principal_of(request, self.state)
+        seen = [ep.spec for ep in self.plane.state.endpoints.values() if sees_endpoint(who, ep.spec.key)]
+        if any(spec.app == app for spec in seen):
+            if not any(spec.app == app and spec.app_env == env for spec in seen):
+                raise hidden_app(who, app, env)
             return endpoint_id(app, env, name)
-        return name
+        if any(spec.key == name and spec.app is None for spec in seen) or all(spec.app is None for spec in seen):
+            return name
+        raise hidden_app(who, app, None)
 
     def _fitting_target(self, endpoint: str, payload: Any, meta: dict[str, Any] | None) -> str | None:
         """On an endpoint serving several functions, when nothing names one (Flash's client cannot), the one whose

@@ -4,8 +4,9 @@
 - ``principal_of(request)``: the server's own keys (``app.state.api_keys``, compared in constant time) are
   ``ADMIN_SERVER``; a scoped ``fpk_`` token is what ``app.state.key_lookup`` (``principal_lookup`` over the server's
   key store; None: no scoped keys) says; a worker's caller key is an invoke principal limited to its worker's app and
-  environment; a server with no keys at all (loopback only, ``api/loopguard.py``) treats every request as
-  ``ADMIN_SERVER``; anything else is 401. Kept on ``request.state.principal``.
+  environment (a deployed worker's on a server without keys too); a server with no keys at all (loopback only,
+  ``api/loopguard.py``) treats every other request as ``ADMIN_SERVER``; anything else is 401. Kept on
+  ``request.state.principal``.
 - ``authorize(request, op, app, env)``: ``decide``; 403 ``ForbiddenError`` naming the scope needed, or a 404 worded as
   the app or environment being absent.
 - ``resolve_endpoint`` and ``authorize_job``: the same for an endpoint by name and a job by id, where what a key may
@@ -112,18 +113,21 @@ def identify(plane: ControlPlane | None, state: Any, header: str | None) -> Prin
         who = lookup(token)
         if who is not None:
             return who
-    if not keys:
-        # no server key: a loopback-only server (api/loopguard.py), where every local caller is the admin; a scoped
-        # key sent to it still counts as itself (above), so scopes can be tried on a dev server
-        return ADMIN_SERVER
     caller = None if plane is None else caller_of(token, plane.worker_credential)
-    if caller is None:
-        return None
-    endpoint, worker_id = caller
-    app, env, _ = split_endpoint_id(endpoint) or (None, None, None)
-    # a deployed worker's calls (fan-out) stay inside its own app and environment: a deploy key's code never reaches
-    # another app's endpoints through its caller key
-    return Principal(CALLER_NAME + worker_id, "invoke", app, env)
+    if caller is not None:
+        endpoint, worker_id = caller
+        app, env, _ = split_endpoint_id(endpoint) or (None, None, None)
+        # a deployed worker's calls (fan-out) stay inside its own app and environment, on a server with keys or
+        # without: a deploy key's code never reaches another app's endpoints through its caller key, and a bare name
+        # its code calls is its own app's (decision 0104)
+        if keys or app is not None:
+            return Principal(CALLER_NAME + worker_id, "invoke", app, env)
+    if not keys:
+        # no server key: a loopback-only server (api/loopguard.py), where every local caller is the admin (a worker
+        # of a served project too); a scoped key, or a deployed worker's caller key, sent to it still counts as
+        # itself (above), so scopes can be tried on a dev server
+        return ADMIN_SERVER
+    return None
 
 
 def caller_worker(who: Principal) -> str | None:
