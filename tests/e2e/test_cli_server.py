@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from flashpoint import ConfigError
 from flashpoint.cli import app
+from flashpoint.hosting.server import app_name_of
 from tests.conftest import ROOT, Served, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -93,16 +94,18 @@ def test_the_cli_sees_and_steers_a_running_server(serve: Callable[..., Served], 
     # status and gpus see the GPU the server's warm worker holds (before, `gpus` called every GPU free)
     (plane,) = json.loads(cli(tmp_path, "status", "--json").stdout)["planes"]
     assert (plane["kind"], plane["pid"], plane["gpus"]["held"]) == ("server", served.proc.pid, 1)
-    echo = next(e for e in plane["endpoints"] if e["name"] == "echo")
+    # serve APP's endpoints are an app named after APP's folder, environment production
+    eid = f"{app_name_of(str(tmp_path))}.production.echo"
+    echo = next(e for e in plane["endpoints"] if e["name"] == eid)
     assert echo["workers"] == {"IDLE": 1}
     (held,) = echo["gpusHeld"]
     assert held["model"] == "NVIDIA H200"
     gpus = json.loads(cli(tmp_path, "gpus", "--json").stdout)
     assert gpus["source"] == "live"
     (fleet,) = gpus["fleets"]
-    assert [d["endpoint"] for d in fleet["devices"] if d["worker"]] == ["echo"]
+    assert [d["endpoint"] for d in fleet["devices"] if d["worker"]] == [eid]
     text = cli(tmp_path, "gpus").output
-    assert "GPUs of flashpoint serve" in text and "held by echo (worker " in text
+    assert "GPUs of flashpoint serve" in text and f"held by {eid} (worker " in text
     assert "1 idle (0..1)" in cli(tmp_path, "status").output
 
     # jobs and job: the call's job, where it ran and what it returned

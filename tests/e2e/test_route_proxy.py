@@ -115,7 +115,7 @@ def test_the_first_request_waits_for_a_cold_worker_scale_from_zero(server: Serve
     assert row(server, "cold")["workers"] == []
     began = time.monotonic()
     got = echo(httpx.get(f"{server.url}/cold/whoami", headers=AUTH, timeout=60))
-    assert got["worker"].startswith("cold-w1-")
+    assert got["worker"].startswith("apps.production.cold-w1-")  # serve APP: app "apps"
     (worker,) = row(server, "cold")["workers"]
     assert worker["state"] == "IDLE" and worker["address"] == f"127.0.0.1:{got['port']}"
     # Runpod's load-balanced contract, plus the address to bind, the server's body limit (--max-body-mb 0.01) and the
@@ -182,13 +182,16 @@ async def test_request_count_scales_up_under_concurrent_requests_and_idle_worker
 def test_the_fleet_and_the_explanation_show_route_endpoints(server: Served) -> None:
     until(lambda: row(server, "holder")["workers"], 60, "holder's worker")
     fleet = httpx.get(f"{server.url}/v1/fleet", headers=AUTH, timeout=10).json()
-    assert "holder" in {d["endpoint"] for d in fleet["devices"]}
+    assert "apps.production.holder" in {d["endpoint"] for d in fleet["devices"]}
     explanation = httpx.get(f"{server.url}/v1/endpoints/holder/explain", headers=AUTH, timeout=10).json()
     assert explanation["summary"].startswith("no request waiting") and explanation["never"] is False
     echo(httpx.put(f"{server.url}/api/items/1", headers=AUTH, timeout=60))
     metrics = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=10).text
-    put = 'flashpoint_route_requests_total{endpoint="api",method="PUT",route="/items/{item_id}",status="200"}'
-    assert put in metrics and 'flashpoint_route_requests_in_flight{endpoint="holder"} 0.0' in metrics
+    put = (
+        'flashpoint_route_requests_total{endpoint="apps.production.api",method="PUT",route="/items/{item_id}",'
+        'status="200"}'
+    )
+    assert put in metrics and 'flashpoint_route_requests_in_flight{endpoint="apps.production.holder"} 0.0' in metrics
 
 
 def test_a_request_that_cannot_be_placed_gets_503_after_the_wait_bound(tmp_path: Path) -> None:
@@ -201,7 +204,9 @@ def test_a_request_that_cannot_be_placed_gets_503_after_the_wait_bound(tmp_path:
         body = response.json()
         assert response.status_code == 503 and body["code"] == "no_worker" and 1.0 <= waited < 20
         assert body["explanation"]["queueDepth"] == 1
-        assert [(r["code"], r["holders"]) for r in body["explanation"]["reasons"]] == [("busy", ["holder"])]
+        assert [(r["code"], r["holders"]) for r in body["explanation"]["reasons"]] == [
+            ("busy", ["apps.production.holder"])
+        ]
     finally:
         served.stop()
 
@@ -211,7 +216,7 @@ def test_flashpoints_own_route_worker_serves_through_the_proxy(tmp_path: Path) -
     try:
         with httpx.Client(base_url=served.url, headers=AUTH, timeout=60) as client:
             health = client.get("/routes-app/health")
-            assert health.status_code == 200 and health.json()["endpoint"] == "routes-app"
+            assert health.status_code == 200 and health.json()["endpoint"] == "apps.production.routes-app"
             assert client.post("/routes-app/compute", json={"numbers": [1, 2], "scale": 2}).json() == {"sum": 6.0}
             seen = client.get("/routes-app/headers", headers={"X-Flashpoint-Route-Secret": "forged"}).json()
             assert "x-flashpoint-route-secret" not in seen  # presented by the proxy, taken out by the worker

@@ -163,3 +163,30 @@ def test_apps_apart_and_back_after_kill_9(tmp_path: Path) -> None:
             assert [a["name"] for a in http.get("/v1/apps").json()["apps"]] == ["lab", "shop"]
     finally:
         stop_process(proc)
+
+
+def test_serve_app_serves_it_as_an_app_named_after_its_folder(tmp_path: Path) -> None:
+    folder = project(tmp_path / "shopfront", ECHO.format(version=7))
+    env = {
+        **os.environ,
+        "FLASHPOINT_SIMULATED_GPUS": SERVER_GPUS,
+        "FLASHPOINT_API_KEY": KEY,
+        "FLASHPOINT_STATE_DIR": str(tmp_path / "state"),
+    }
+    command = [sys.executable, "-m", "flashpoint", "serve", str(folder / "main.py"), "--port", "0", "--data-dir",
+               str(tmp_path / "data")]  # fmt: skip
+    proc, url = start_serve_process(command, env)
+    try:
+        with client(url) as http:
+            assert call(http, "shopfront.production.echo").json()["output"] == {"version": 7, "text": "hi"}
+            assert call(http, "echo").json()["output"]["version"] == 7  # unique: a bare name works
+            refused = upload(http, project(tmp_path / "v2", ECHO.format(version=8)), "shopfront")
+            assert refused.status_code == 409, refused.text
+            assert "is served from" in refused.json()["message"] and "--app" in refused.json()["message"]
+            beside = deploy(http, project(tmp_path / "lab", ECHO.format(version=9)), "lab")
+            assert beside["state"] == "serving"
+            assert call(http, "lab.production.echo").json()["output"]["version"] == 9
+            assert call(http, "shopfront.production.echo").json()["output"]["version"] == 7
+            assert call(http, "echo").status_code == 409  # two now: the ids are needed
+    finally:
+        stop_process(proc)

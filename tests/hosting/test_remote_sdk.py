@@ -66,7 +66,7 @@ def test_decorated_functions_call_the_server_when_flashpoint_url_is_set(serve: A
     assert lines["failed"] == "ValueError remote boom True"
     assert lines["id-run"] == "{'k': 1}"
     assert lines["id-runsync"] == "{'k': 2} True None"
-    assert lines["explain"] == "echo"
+    assert lines["explain"] == "apps.production.echo"  # serve APP's endpoints are app "apps" (its folder)
     # no control plane was started in the client: nothing was announced in its state dir
     assert not list((tmp_path / "client-state").glob("run/*.json"))
 
@@ -112,7 +112,7 @@ def test_metrics_after_jobs(serve: Any) -> None:
         assert client.post("/v2/echo/runsync", json={"input": {"m": 1}}).json()["status"] == "COMPLETED"
         assert client.get("/metrics", headers={"Authorization": "wrong"}).status_code == 401
         text = client.get("/metrics").text
-    assert 'flashpoint_jobs_finished_total{endpoint="echo",reason="completed",status="COMPLETED"} 1.0' in text
+    assert 'flashpoint_jobs_finished_total{endpoint="apps.production.echo",reason="completed",status="COMPLETED"} 1.0' in text
     assert "flashpoint_job_execution_seconds_bucket" in text
     assert 'flashpoint_devices{model="NVIDIA H200",simulated="true",state="busy"}' in text
     assert "flashpoint_queue_depth" in text and "flashpoint_workers" in text

@@ -130,6 +130,8 @@ class Dispatch:
                     await (self.workers if _WORKER_PATH.match(scope["path"]) else self.clients)(scope, receive, send)
             elif self.routed and scope["type"] == "http" and (ep := self.routes.endpoint_of(scope["path"])):
                 await self.routes.serve(ep, scope, receive, send)
+            elif self.routed and scope["type"] == "http" and (ids := self.routes.ambiguous(scope["path"])):
+                await self.routes.serve_named(ids, scope, receive, send)
             else:
                 await self.api(scope, receive, send)
         except ClientDisconnect:  # the client hung up before its body arrived: nobody to answer, nothing to fix

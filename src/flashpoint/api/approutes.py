@@ -40,6 +40,8 @@ class Deploys(Protocol):
 
     def endpoints(self, app: str, env: str) -> Sequence[Any]: ...
 
+    def create_env(self, app: str, env: str, *, by: str) -> Any: ...
+
     def rollout(self, app: str, env: str, number: int) -> dict[str, Any]: ...
 
     async def deploy(
@@ -150,7 +152,7 @@ async def list_envs(request: Request, app: str) -> dict[str, Any]:
 @router.post("/apps/{app}/envs/{env}", status_code=201, summary="Create an empty environment (and the app)")
 async def create_env(request: Request, app: str, env: str) -> dict[str, Any]:
     await _allow(request, Operation.DEPLOY, app, env)
-    info = _deploys(request).deployments.create_env(app, env, by=_who(request))
+    info = _deploys(request).create_env(app, env, by=_who(request))
     result: dict[str, Any] = info.to_json()
     return result
 

@@ -37,7 +37,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message, Receive, Scope, Send
 
 from flashpoint.access import ALLOW, Forbidden, Operation, decide_endpoint
-from flashpoint.api.guard import UNAUTHORIZED, app_env_of, caller_worker, key_state, principal_of
+from flashpoint.api.guard import UNAUTHORIZED, app_env_of, caller_worker, key_state, principal_of, sees_endpoint
 from flashpoint.api.runpod import CALLER_REFUSED
 from flashpoint.api.upstream import BadAnswer, Exchange, Upstream, WorkerLost, WorkerTimeout
 from flashpoint.explain import Explanation
@@ -108,6 +108,14 @@ def route_matcher(routes: Sequence[RouteSpec]) -> Callable[[str, str], str]:
     return match
 
 
+def _segment(scope: Scope) -> bytes:
+    """The first segment of a request's path as the client wrote it (the endpoint's id or bare name): the prefix the
+    worker's app is mounted under (``X-Forwarded-Prefix``)."""
+    raw: bytes = scope.get("raw_path") or scope["path"].encode()
+    cut = raw.find(b"/", 1)
+    return raw[1:cut] if cut > 0 else raw[1:]
+
+
 def _error(code: str, message: str, status: int, **details: Any) -> tuple[int, bytes]:
     return status, codec.json_bytes({"error": message, "code": code, "message": message, **details})
 
@@ -156,9 +164,45 @@ class RouteProxy:
         self._matchers: dict[str, tuple[tuple[RouteSpec, ...], Callable[[str, str], str]]] = {}
 
     def endpoint_of(self, path: str) -> EndpointState | None:
-        """The route endpoint a request path names (its first segment), or None."""
+        """The route endpoint a request path names (its first segment: an id, or a bare name one route endpoint
+        alone has), or None."""
         end = path.find("/", 1)
-        return self.plane.routed.get(path[1:end] if end > 0 else path[1:])
+        segment = path[1:end] if end > 0 else path[1:]
+        found = self.plane.routed.get(segment)
+        if found is None and segment and "." not in segment:
+            named = [ep for ep in self.plane.routed.values() if ep.spec.name == segment]
+            found = named[0] if len(named) == 1 else None
+        return found
+
+    def ambiguous(self, path: str) -> list[str]:
+        """The ids of the route endpoints a bare first segment could mean, when several have that name."""
+        end = path.find("/", 1)
+        segment = path[1:end] if end > 0 else path[1:]
+        if not segment or "." in segment or segment in self.plane.routed:
+            return []
+        ids = sorted(ep.spec.key for ep in self.plane.routed.values() if ep.spec.name == segment)
+        return ids if len(ids) > 1 else []
+
+    async def serve_named(self, ids: list[str], scope: Scope, receive: Receive, send: Send) -> None:
+        """A bare name several route endpoints have (``ambiguous``): the one of them the key sees is served; several
+        are 409 naming the ids it sees; none is the 404 of a path no endpoint serves."""
+        try:
+            who = principal_of(Request(scope), self.state)
+        except HTTPException:
+            await _answer(send, *_error("unauthorized", UNAUTHORIZED, 401), [(b"www-authenticate", b"Bearer")])
+            return
+        seen = [key for key in ids if sees_endpoint(who, key)]
+        if len(seen) == 1:
+            await self.serve(self.plane.routed[seen[0]], scope, receive, send)
+            return
+        if not seen:
+            await _answer(send, *_error("not_found", f"no route {scope.get('method', '')} {scope['path']}", 404))
+            return
+        name = self.plane.routed[seen[0]].spec.name
+        message = (
+            f"route endpoint {name!r} is deployed in several apps: {', '.join(seen)}; call it by id, e.g. /{seen[0]}/"
+        )
+        await _answer(send, *_error("conflict", message, 409))
 
     async def close(self) -> None:
         """Close the pooled connections to workers (at server shutdown)."""
@@ -243,7 +287,7 @@ class RouteProxy:
         client = scope.get("client")
         forwarded.append(
             b"x-forwarded-for: %s\r\nx-forwarded-proto: %s\r\nx-forwarded-prefix: /%s\r\n"
-            % ((client[0] if client else "").encode(), scope.get("scheme", "http").encode(), ep.spec.key.encode())
+            % ((client[0] if client else "").encode(), scope.get("scheme", "http").encode(), _segment(scope))
         )
         if host is not None:
             forwarded.append(b"x-forwarded-host: %s\r\n" % host)

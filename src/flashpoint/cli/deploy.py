@@ -83,8 +83,8 @@ def deploy(
             metavar="PACKAGES",
             show_default=False,
             help="Packages to leave out of the dependency install, comma-separated or repeated (Flash's --exclude, "
-            "e.g. torch,transformers). Sent to the server, which does not apply it yet; files are left out with "
-            ".gitignore and .flashignore.",
+            "e.g. torch,transformers): the server drops them from every endpoint's dependencies; files are left "
+            "out with .gitignore and .flashignore.",
         ),
     ] = None,
     url: UrlOption = None,

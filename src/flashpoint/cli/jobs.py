@@ -365,7 +365,8 @@ def _serving(found: list[LivePlane], endpoint: str) -> LivePlane:
     for plane in found:
         body = ask(plane, "/v1/endpoints")
         names = {row["name"] for row in (body or {}).get("endpoints", [])}
-        if endpoint in names:
+        # an id, or a bare name (the server resolves it: one endpoint, else 409 naming the ids)
+        if endpoint in names or endpoint in {name.rpartition(".")[2] for name in names}:
             return plane
         served |= names
     listing = f"they serve {', '.join(sorted(served))}" if served else "they serve no endpoint yet"

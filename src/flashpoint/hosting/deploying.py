@@ -133,6 +133,8 @@ class DeployManager:
         self._live: dict[tuple[str, str], dict[str, Deployed]] = {}
         self._progress: dict[tuple[str, str, int], Progress] = {}
         self._busy: set[tuple[str, str]] = set()
+        #: apps served from a file or folder given to ``flashpoint serve APP`` (name: APP): not deployed, not changed
+        self.pinned: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ----------------------------------------------------------------------------------------------------------------
@@ -230,8 +232,22 @@ class DeployManager:
             code="missing_secret",
         )
 
+    def refuse_pinned(self, app: str) -> None:
+        """An app ``flashpoint serve APP`` serves from its files is changed by editing them and restarting it."""
+        if app in self.pinned:
+            raise ConflictError(
+                f"app {app!r} is served from {self.pinned[app]} by this server (flashpoint serve APP): change its "
+                "files and restart the server, or deploy under another name with --app"
+            )
+
+    def create_env(self, app: str, env: str, *, by: str) -> EnvInfo:
+        """An empty environment (and its app), for deploys to come."""
+        self.refuse_pinned(app)
+        return self.deployments.create_env(app, env, by=by)
+
     def _claim(self, app: str, env: str) -> None:
         """One change of an environment at a time: a deploy, rollback or undeploy."""
+        self.refuse_pinned(app)
         if (app, env) in self._busy:
             raise ConflictError(f"{app}/{env} is changing (a rollout is running); wait for it to finish, then retry")
         self._busy.add((app, env))
@@ -397,6 +413,7 @@ class DeployManager:
 
     async def delete_env(self, app: str, env: str, *, by: str) -> None:
         """Undeploy ``app``/``env`` (when something serves) and forget it and its history."""
+        self.refuse_pinned(app)
         info = self.deployments.get_env(app, env)
         if info is None:
             raise NotFoundError(f"{app} has no environment {env!r}; flashpoint env list --app {app} lists them")
@@ -408,6 +425,7 @@ class DeployManager:
 
     async def delete_app(self, app: str, *, by: str) -> None:
         """Delete every environment of ``app``, then the app."""
+        self.refuse_pinned(app)
         if self.deployments.get_app(app) is None:
             raise NotFoundError(NOT_DEPLOYED.format(app=app))
         for env in self.deployments.list_envs(app):

@@ -7,8 +7,10 @@ The SDK's in-process server is ``embedded.py``; what every host needs is ``plane
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -24,7 +26,7 @@ from flashpoint.hosting.plane import PlaneRole, app_simulated, build_plane, http
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
-from flashpoint.spec import WorkerTarget
+from flashpoint.spec import APP_NAME, DEFAULT_ENV, WorkerTarget, endpoint_id
 from flashpoint.wire import codec
 
 if TYPE_CHECKING:
@@ -40,16 +42,32 @@ def input_checker(handle: EndpointFunction[..., Any] | EndpointClass[..., Any]) 
     return shapes.checkers(name, {name: shapes.call_shape(handle)}, "queue")[name]
 
 
-def input_checkers(handles: Mapping[str, Any]) -> dict[str, Callable[[Any], None]]:
+def input_checkers(handles: Mapping[str, Any], app: str | None = None) -> dict[str, Callable[[Any], None]]:
     """The intake's checkers: ``name`` for a job naming no target, ``name/target`` for one naming its target (the
     functions and classes sharing one endpoint name); a command's handler takes any JSON input, as on Runpod; a route
     endpoint takes no jobs (its requests go through the route proxy). Built from each handle's call shapes
-    (``hosting.shapes``), as a deployed project's are from the shapes its loader sent."""
+    (``hosting.shapes``), as a deployed project's are from the shapes its loader sent. With ``app``, keyed by the
+    endpoints' ids in its ``production`` environment (``serve APP``'s app)."""
     checkers: dict[str, Callable[[Any], None]] = {}
     for name, handle in handles.items():
         kind = "route" if not isinstance(handle, EndpointCommand) and handle.spec.serves_routes else "queue"
-        checkers.update(shapes.checkers(name, shapes.shape_of(handle), kind, name=handle.spec.name))
+        key = name if app is None else endpoint_id(app, DEFAULT_ENV, name)
+        checkers.update(shapes.checkers(key, shapes.shape_of(handle), kind, name=handle.spec.name))
     return checkers
+
+
+def app_name_of(target: str) -> str:
+    """The app ``serve APP`` serves ``APP`` as (decision 0106): its folder's name (a file's folder, a project folder,
+    else the current folder for a module), made a valid app name (other characters become ``-``)."""
+    from flashpoint.hosting.discovery import split_target
+
+    source = split_target(target.strip())[0]
+    path = Path(source).expanduser()
+    folder = path if path.is_dir() and not (path / "__init__.py").is_file() else path.parent
+    if not (source.endswith(".py") or path.is_dir()):  # a module: package.module
+        folder = Path.cwd()
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", folder.resolve().name).strip("-_")[:63]
+    return name if APP_NAME.fullmatch(name) else "app"
 
 
 def load_target(target: str) -> dict[str, tuple[Any, WorkerTarget]]:
@@ -232,6 +250,8 @@ class Server:
 
         loaded = load_target(self.target) if self.target else {}
         handles = {name: handle for name, (handle, _) in loaded.items()}
+        # APP's endpoints serve as an app of their own, named after its folder, environment production
+        pinned = app_name_of(self.target) if self.target else None
         sock = listening_socket(self.host, self.port)
         port = sock.getsockname()[1]
         # local workers reach a wildcard-bound server on loopback; workers on other nodes where the user says
@@ -252,11 +272,13 @@ class Server:
         announced: list[Path | None] = []
         intake = Intake(
             # a command's handler takes any JSON input (as on Runpod); functions are checked by signature
-            input_checkers(handles),
+            input_checkers(handles, pinned),
             allow_pickle=self.allow_pickle,
             allow_private_webhooks=self.allow_private_webhooks,
         )
         deploys = self.deploy_manager(plane, intake.checkers)
+        if deploys is not None and pinned is not None:
+            deploys.pinned[pinned] = str(self.target)
 
         async def startup() -> None:
             await plane.start()
@@ -265,7 +287,10 @@ class Server:
                 if target.pickled is not None:
                     code_file = os.path.join(code_dir.name, f"{number}.pkl")
                     Path(code_file).write_bytes(target.pickled)
-                plane.register(handle.spec, target, code_file)
+                spec = (
+                    handle.spec if pinned is None else dataclasses.replace(handle.spec, app=pinned, app_env=DEFAULT_ENV)
+                )
+                plane.register(spec, target, code_file)
             deployed = []
             if deploys is not None:  # what was deployed comes back before the plane requeues its jobs
                 for problem in await deploys.recover():
@@ -275,7 +300,8 @@ class Server:
             # announced before the line that says it serves: whoever waits for that line finds the file
             notice = announce.Announcement(announce.SERVER, local_url, cli_key, app=self.target)
             announced.append(announce.write(self.settings.state_dir, notice))
-            serving = ", ".join([*handles, *deployed]) or "no app yet (flashpoint deploy sends one)"
+            own = f"{', '.join(handles)} (app {pinned})" if pinned is not None else ""
+            serving = ", ".join(p for p in (own, *deployed) if p) or "no app yet (flashpoint deploy sends one)"
             print(
                 f"flashpoint serving {serving} on http://{self.host}:{port} "
                 f"(fleet: {plane.fleet_summary()}; jobs in {self.db}; {recovered} unfinished job(s) recovered)",

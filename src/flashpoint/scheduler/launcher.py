@@ -50,7 +50,8 @@ def set_secret_hint(app: str | None) -> str:
         return ""
     return (
         f"set each for app {app!r} with `flashpoint secret set NAME --app {app}` (or server-wide, without --app; the "
-        "value is read from stdin or a prompt), or drop it from the endpoint's env"
+        "value is read from stdin or a prompt; add `--data-dir DIR` while the server is not running), or drop it "
+        "from the endpoint's env"
     )
 
 

@@ -453,8 +453,8 @@ def deploy(
         url: the server, e.g. ``http://10.0.0.5:8000``; default ``FLASHPOINT_URL``.
         key: an API key with the deploy scope for the app; default ``FLASHPOINT_API_KEY``.
         timeout: seconds to wait for the rollout (it goes on on the server after that).
-        exclude: package names to leave out of the dependency install (Flash's ``--exclude``); sent to the server,
-            which may not apply them yet.
+        exclude: package names to leave out of the dependency install (Flash's ``--exclude``); the server drops
+            them from every endpoint's dependencies.
         on_stage: called with each step (``Progress``) as the deploy goes.
 
     Returns:
