@@ -344,13 +344,16 @@ LAB_KEY = "fpk_lab"
 
 @pytest.fixture
 async def apps() -> AsyncIterator[Served]:
-    """``route-add`` deployed as app shop (production) and app lab (staging), beside the served ``route-add`` and
-    ``route-ping`` of no app; ``LAB_KEY`` is an invoke key limited to lab."""
+    """``route-add`` and ``route-twins`` deployed as app shop (production) and app lab (staging), ``route-calc`` in
+    shop only, beside the served ``route-add`` and ``route-ping`` of no app; ``LAB_KEY`` is an invoke key limited to
+    lab."""
     door = await open_door("node-a=NVIDIA_H200:2")
     for handle in (add, ping):
         door.plane.register(handle.spec, TARGET)
     for app, env in (("shop", "production"), ("lab", "staging")):
-        door.plane.register(dataclasses.replace(add.spec, app=app, app_env=env), TARGET)
+        for spec in (add.spec, right.spec):
+            door.plane.register(dataclasses.replace(spec, app=app, app_env=env), TARGET)
+    door.plane.register(dataclasses.replace(Calc.spec, app="shop", app_env="production"), TARGET)
     app = create_app(door.plane, api_keys=(KEY,), intake=Intake(input_checkers(HANDLES)), max_body_bytes=4096)
     app.state.key_lookup = lambda token: Principal("lab-ci", "invoke", "lab", None) if token == LAB_KEY else None
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=Dispatch(app, door.plane)), base_url=BASE_URL) as c:
@@ -369,13 +372,16 @@ def flash_headers(app: str, env: str | None, endpoint: str = "route-add", key: s
         ("lab", "staging", KEY, "lab.staging.route-add"),
         ("shop", None, KEY, "shop.production.route-add"),  # no environment header: Flash's default
         ("lab", "staging", LAB_KEY, "lab.staging.route-add"),
-        ("ghost", "production", KEY, "route-add"),  # an app not deployed, a served endpoint of the name: that one
+        # an app not deployed (Flash's default, the folder's name): the one endpoint of the name
+        ("ghost", "production", KEY, "route-add"),
+        ("ghost", "production", KEY, "shop.production.route-calc"),
     ],
 )
 async def test_the_headers_name_an_apps_endpoint(
     apps: Served, app: str, env: str | None, key: str, endpoint: str
 ) -> None:
-    call = apps.flash(None, {"input": {"a": 1, "b": 2}}, headers=flash_headers(app, env, key=key))
+    name = endpoint.rpartition(".")[2]
+    call = apps.flash(None, {"input": {"a": 1, "b": 2}}, headers=flash_headers(app, env, name, key))
     response, job = await apps.played(call, endpoint, {"output": 3})
 
     assert response.status_code == 200, response.text
@@ -390,6 +396,21 @@ async def test_the_headers_name_an_apps_endpoint(
         ("ghost", "production", "route-embed", KEY, "app 'ghost' is not deployed; deploy it first with 'flashpoint"),
         ("shop", "production", "route-add", LAB_KEY, "app 'shop' is not deployed; deploy it first with 'flashpoint"),
         ("lab", "staging", "route-embed", KEY, "no endpoint named 'lab.staging.route-embed'"),
+        (
+            "ghost",
+            "production",
+            "route-twins",
+            KEY,
+            "app 'ghost' is not deployed; deploy it first with 'flashpoint deploy'; 'route-twins' is deployed as "
+            "lab.staging.route-twins, shop.production.route-twins",
+        ),
+        (
+            "ghost",
+            "production",
+            "route-twins",
+            LAB_KEY,
+            "app 'ghost' is not deployed; deploy it first with 'flashpoint",
+        ),
     ],
 )
 async def test_what_is_not_deployed_or_not_seen_is_404(

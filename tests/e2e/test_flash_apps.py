@@ -194,7 +194,10 @@ def test_what_the_server_answers_flashs_headers(server: Server) -> None:
         # the body of a 404 says what to do, for whoever reads it (Flash's client prints its own words)
         ghost = sentinel(http, "ghost", "production")
         assert ghost.status_code == 404, ghost.text
-        assert ghost.json()["message"] == "app 'ghost' is not deployed; deploy it first with 'flashpoint deploy'"
+        assert ghost.json()["message"] == (
+            "app 'ghost' is not deployed; deploy it first with 'flashpoint deploy'; 'embed' is deployed as "
+            "lab.staging.embed, shop.production.embed"
+        )
         no_env = sentinel(http, "lab", "production")
         assert no_env.status_code == 404, no_env.text
         assert no_env.json()["message"].startswith("app 'lab' has no environment 'production'")

@@ -12,10 +12,10 @@ calls the endpoints ``flashpoint serve`` runs.
   endpoint (``api/guard.py``).
 - Which endpoint (decisions 0100, 0104), among those the key sees: when ``X-Flash-App`` names an app deployed here,
   ``app.env.name`` of the three headers (without ``X-Flash-Environment``, Flash's default ``production``; Flash 1.21
-  always sends all three), and nothing else: an environment not deployed is 404. Otherwise the endpoint's bare name
-  when it is one served outside any app (``flashpoint serve app.py``, whose app header is only Flash's default, the
-  folder's name) or no app is deployed here; else 404 "app 'x' is not deployed; deploy it first with 'flashpoint
-  deploy'" (Flash's client raises its own "not found in app ... deploy it first" for any 404).
+  always sends all three), and nothing else: an environment not deployed is 404. Otherwise, for a key of no app, the
+  endpoint's bare name when it names one endpoint (the app header is often only Flash's default, the folder's name);
+  else 404 "app 'x' is not deployed; deploy it first with 'flashpoint deploy'" (Flash's client raises its own "not
+  found in app ... deploy it first" for any 404).
 - Bodies: ``{"input": {kwargs}}``; a class method's ``{"input": {"method": NAME, ...}}``; Flash's ``"__empty": true``
   (sent for a call without arguments) is dropped. ``X-Flash-App``/``X-Flash-Environment`` are recorded in the job's
   ``flashpoint`` metadata (``"flash": {"app", "environment"}``).
@@ -45,6 +45,7 @@ from flashpoint.api.errors import body as error_body, status_of
 from flashpoint.api.guard import (
     UNAUTHORIZED,
     caller_worker,
+    find_endpoint,
     hidden_app,
     key_state,
     keyless,
@@ -64,7 +65,7 @@ from flashpoint.api.runpod import (
     submit_checked,
 )
 from flashpoint.api.workers import json_response
-from flashpoint.errors import BadInputError, Error
+from flashpoint.errors import BadInputError, ConflictError, Error, NotFoundError
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.spec import endpoint_id
@@ -194,9 +195,11 @@ class FlashRoute:
         - ``X-Flash-App`` names an app deployed here: ``app.env.name``, the environment ``X-Flash-Environment`` or,
           without one, Flash's default ``production``; an environment of the app not deployed is 404 (never another
           environment's endpoint).
-        - Else ``name`` when it is an endpoint outside any app (a project served with ``flashpoint serve``, whose app
-          header is only Flash's default, the folder's name), or when no app is deployed here at all.
-        - Else 404: the app is not deployed (Flash's client reports it as such).
+        - Else, for a key limited to an app, 404: the app is not deployed (for it: hidden is absent).
+        - Else the bare name, when it names one endpoint (Flash's app header is its default, the folder's name, far
+          more often than a deliberate one: a served project's, say).
+        - Else 404: the app is not deployed (Flash's client reports any 404 as such), the endpoints of that name, when
+          several apps have it, named in the body; or, where no app is deployed at all, the missing endpoint's 404.
         """
         app = record.get("app")
         if not app:
@@ -208,9 +211,18 @@ class FlashRoute:
             if not any(spec.app == app and spec.app_env == env for spec in seen):
                 raise hidden_app(who, app, env)
             return endpoint_id(app, env, name)
-        if any(spec.key == name and spec.app is None for spec in seen) or all(spec.app is None for spec in seen):
-            return name
-        raise hidden_app(who, app, None)
+        if who.app is not None:
+            # a key of one app that names another: not deployed, for it, whether or not it is (hidden is absent)
+            raise hidden_app(who, app, None)
+        try:
+            return find_endpoint(self.plane, who, name).spec.key
+        except NotFoundError:
+            if all(spec.app is None for spec in seen):
+                raise
+            raise hidden_app(who, app, None) from None
+        except ConflictError:
+            ids = ", ".join(sorted(spec.key for spec in seen if spec.name == name))
+            raise NotFoundError(f"{hidden_app(who, app, None)}; {name!r} is deployed as {ids}") from None
 
     def _fitting_target(self, endpoint: str, payload: Any, meta: dict[str, Any] | None) -> str | None:
         """On an endpoint serving several functions, when nothing names one (Flash's client cannot), the one whose
