@@ -89,7 +89,8 @@ def ok(result: Any) -> str:
 
 
 def call(url: str, data: dict[str, Any]) -> Any:
-    answer = httpx.post(f"{url}/runsync", json={"input": {"data": data}}, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    body = {"input": {"data": data}}
+    answer = httpx.post(f"{url}/runsync", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
     answer.raise_for_status()
     return answer.json()["output"]
 

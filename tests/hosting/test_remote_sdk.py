@@ -112,7 +112,8 @@ def test_metrics_after_jobs(serve: Any) -> None:
         assert client.post("/v2/echo/runsync", json={"input": {"m": 1}}).json()["status"] == "COMPLETED"
         assert client.get("/metrics", headers={"Authorization": "wrong"}).status_code == 401
         text = client.get("/metrics").text
-    assert 'flashpoint_jobs_finished_total{endpoint="apps.production.echo",reason="completed",status="COMPLETED"} 1.0' in text
+    finished = 'flashpoint_jobs_finished_total{endpoint="apps.production.echo",reason="completed",status="COMPLETED"}'
+    assert f"{finished} 1.0" in text
     assert "flashpoint_job_execution_seconds_bucket" in text
     assert 'flashpoint_devices{model="NVIDIA H200",simulated="true",state="busy"}' in text
     assert "flashpoint_queue_depth" in text and "flashpoint_workers" in text
