@@ -19,6 +19,7 @@ import pytest
 
 from flashpoint import Endpoint, GpuType
 from flashpoint.explain import WaitReason
+from flashpoint.hosting.server import app_name_of
 from tests.conftest import Served, eventually_async, native, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -111,7 +112,7 @@ async def test_a_script_waits_busy_for_the_device_a_server_holds_and_runs_once_t
     assert reason.code.value == "busy" and await job.status() == "IN_QUEUE"
     assert (other.pid, other.endpoint, other.kind, other.url) == (
         served.proc.pid,
-        "holder",
+        f"{app_name_of(str(app))}.production.holder",  # serve APP's endpoints: the app of APP's folder
         "flashpoint serve",
         served.url,
     )

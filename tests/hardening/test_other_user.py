@@ -462,7 +462,12 @@ def test_another_user_reads_nothing_secret_of_what_flashpoint_writes(users: User
             assert answer.returncode == 0, answer.stderr
             (row,) = json.loads(answer.stdout)["fleets"][0]["devices"]
             process = row["process"]
-            assert (process["pid"], process["user"], process["endpoint"]) == (server.pid, victim.name, "holder")
+            # serve APP's endpoints are the app named after APP's folder (decision 0106)
+            assert (process["pid"], process["user"], process["endpoint"]) == (
+                server.pid,
+                victim.name,
+                "project.production.holder",
+            )
             assert key not in answer.stdout
         explained = _run_as(other, ["-m", "flashpoint", "explain"], FLASHPOINT_LEASE_DIR=str(leases))
         assert f"pid {server.pid} of user {victim.name}" in explained.stderr
