@@ -190,3 +190,30 @@ def test_serve_app_serves_it_as_an_app_named_after_its_folder(tmp_path: Path) ->
             assert call(http, "echo").status_code == 409  # two now: the ids are needed
     finally:
         stop_process(proc)
+
+
+def test_two_teams_deploy_two_apps_with_their_own_deploy_keys(tmp_path: Path) -> None:
+    proc, url = start(tmp_path)
+    try:
+        with client(url) as admin:
+            keys = {
+                team: admin.post("/v1/keys", json={"name": team, "scope": "deploy", "app": team}).json()["key"]
+                for team in ("shop", "lab")
+            }
+        shop = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['shop']}"}, timeout=60)
+        lab = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['lab']}"}, timeout=60)
+        with shop, lab:
+            assert deploy(shop, project(tmp_path / "shop", ECHO.format(version=1)), "shop")["state"] == "serving"
+            assert deploy(lab, project(tmp_path / "lab", ECHO.format(version=2)), "lab")["state"] == "serving"
+            # each calls its own app; the other's is absent to it, for calls and for deploys alike
+            assert call(shop, "shop.production.echo").json()["output"]["version"] == 1
+            assert call(lab, "lab.production.echo").json()["output"]["version"] == 2
+            assert call(shop, "lab.production.echo").status_code == 404
+            assert upload(lab, tmp_path / "lab", "shop").status_code == 404
+            assert call(shop, "echo").json()["output"]["version"] == 1  # a bare name among what the key sees
+            history = shop.get("/v1/apps/shop/envs/production").json()["versions"]
+            assert [(v["number"], v["created_by"]) for v in history] == [(1, "shop")]
+            jobs = shop.get("/v1/jobs").json()["jobs"]
+            assert {j["submittedBy"] for j in jobs} == {"shop"}
+    finally:
+        stop_process(proc)
