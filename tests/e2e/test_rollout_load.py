@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -76,6 +77,8 @@ class Fleet:
 ROOM = Fleet("NVIDIA_H200:8", (1, 2), full=False)
 #: full: one GPU for each endpoint's single worker; the new one starts only once the old one has retired
 FULL = Fleet("NVIDIA_H200:2", (1, 1), full=True)
+#: full, and two queue workers: they retire one at a time, while the route endpoint's one retires beside them
+FULL_TWO = Fleet("NVIDIA_H200:3", (2, 2), full=True)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,11 @@ def start(tmp_path: Path, gpus: str) -> tuple[Any, str, Path]:
     with log.open("w") as stderr:  # the child keeps its own copy of the descriptor
         proc, url = start_serve_process(command, env, stderr=stderr)
     return proc, url, log
+
+
+def devices_started(log: str) -> list[tuple[str, str]]:
+    """(endpoint, devices) of each worker the server's log says it started, in order."""
+    return re.findall(r"starting worker \S+ for (\S+) on (.+)$", log, flags=re.MULTILINE)
 
 
 def client(url: str) -> httpx.AsyncClient:
@@ -197,7 +205,7 @@ async def versions(http: httpx.AsyncClient) -> list[tuple[int, str, str]]:
     return [(v["number"], v["outcome"], v["detail"]) for v in env["versions"]]  # newest first
 
 
-@pytest.mark.parametrize("fleet", [ROOM, FULL], ids=["room", "full"])
+@pytest.mark.parametrize("fleet", [ROOM, FULL, FULL_TWO], ids=["room", "full", "full-two"])
 async def test_a_rollout_under_load_drops_nothing_and_switches(tmp_path: Path, fleet: Fleet) -> None:
     proc, url, log = start(tmp_path, fleet.gpus)
     try:
@@ -230,9 +238,18 @@ async def test_a_rollout_under_load_drops_nothing_and_switches(tmp_path: Path, f
                 assert before and set(before) == {1}, (kind, Counter(before))
                 assert len(after) >= SEEN and set(after) == {2}, (kind, Counter(after))
             assert [(n, outcome) for n, outcome, _ in await versions(http)] == [(2, "serving"), (1, "replaced")]
-            # and with a full fleet, the new workers got their devices from old ones that retired for them
+            # and with a full fleet, each new worker got its devices from an old worker of its own endpoint that
+            # retired for it (not from another endpoint's, which would leave that one with no worker meanwhile)
             if fleet.full:
-                assert "to make room for the new version" in log.read_text()
+                text = log.read_text()
+                assert "to make room for the new version" in text
+                started = devices_started(text)
+                assert len(started) == 2 * (fleet.queue_workers[1] + 1), started
+                half = len(started) // 2
+                for key in (QUEUE_ID, ROUTE_ID):
+                    old = sorted(d for k, d in started[:half] if k == key)
+                    new = sorted(d for k, d in started[half:] if k == key)
+                    assert old == new, (key, started)
     finally:
         stop_process(proc)
 

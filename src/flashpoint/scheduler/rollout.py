@@ -8,8 +8,9 @@ minimum of workers is ready. A rollout of a registered endpoint stages the new v
 - **build**: the new version's environment, when it has dependencies (the plane's ``EnvironmentGate``);
 - **warm**: standby workers of the new version started beside the old ones (``Worker.standby``: they take no job and
   get no request); as many as ``warm_count`` says. Where the fleet has no room, one old worker at a time retires to
-  make some (it finishes its running jobs, takes nothing new, stops; its devices go to a new worker), and from then on
-  the old version starts no worker more;
+  make some (it finishes its running jobs, takes nothing new, stops; its devices go to a new worker of this rollout,
+  held for it as ``KEPT`` so that no other endpoint's rollout or plan takes them), and from then on the old version
+  starts no worker more;
 - **switch**: once as many new workers are ready as needed (a queue worker pulled, a route worker's ``/ping``
   answered 200), the endpoint takes the new spec, target and code; the new workers take the queue (jobs queued run on
   the new version; running ones finish on their old workers) and the requests held; the old workers retire, as
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flashpoint.errors import ConflictError, RolloutFailed
-from flashpoint.fleet.inventory import Holder
+from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.scheduler.envgate import BUILDING, FAILED, EnvironmentGate, first_line
 from flashpoint.scheduler.placement.fit import NoFit, Yielders, place_endpoint
 from flashpoint.scheduler.records import EndpointState, Staged, Worker, WorkerState
@@ -47,6 +48,8 @@ log = logging.getLogger("flashpoint.plane")
 BUILD, WARM, SWITCH = "build", "warm", "switch"
 #: how many lines of a crash loop's last output a failed rollout quotes
 QUOTED_LINES = 5
+#: who holds the devices an old worker gave up for its rollout's new worker, until that worker starts
+KEPT = "(kept for a rollout's new worker)"
 
 # ------------------------------------------------------------------------------------------------------------------
 # the decisions (pure)
@@ -123,6 +126,9 @@ class Rollout:
     future: asyncio.Future[None]
     #: old workers retired to make room for new ones
     drained: set[str] = field(default_factory=set)
+    #: the devices of the last one retired, for this rollout's next new worker (held as ``KEPT`` once free)
+    room: tuple[Device, ...] = ()
+    kept: list[Device] = field(default_factory=list)
     last_stage: tuple[str, str] = ("", "")
 
     def stage(self, stage: str, detail: str) -> None:
@@ -217,7 +223,12 @@ class Rollouts:
 
     def step(self) -> None:
         """Move every rollout on (from each reconcile, before the planner plans)."""
-        for rollout in list(self.active.values()):
+        rollouts = [r for r in self.active.values() if not r.future.done()]
+        # the devices an old worker gave up are its own rollout's: held before any rollout places, else another
+        # endpoint's rollout of the same deploy (or the planner) takes them and this endpoint waits with no worker
+        for rollout in rollouts:
+            self._keep_room(rollout)
+        for rollout in rollouts:
             if not rollout.future.done():
                 self._step(rollout)
 
@@ -276,21 +287,42 @@ class Rollouts:
             if w.standby and w.generation == staged.number and w.state is not WorkerState.STOPPING
         ]
 
+    def _keep_room(self, r: Rollout) -> None:
+        index = self._state.index
+        for device in r.room:
+            if device not in r.kept and device in index and index.is_free(device):
+                index.hold((device,), Holder("", KEPT))
+                r.kept.append(device)
+
+    def _give_back_room(self, r: Rollout, *, used: bool) -> None:
+        """Let go of the devices kept for ``r`` (its new worker is about to be placed, or it ended); ``used``: the
+        room is no longer owed."""
+        self._state.index.release(r.kept)
+        r.kept.clear()
+        if used:
+            r.room = ()
+
     def _warm(self, r: Rollout, staged: Staged, warming: int, starting: int, *, backing_off: bool) -> None:
         """Start the standby workers still wanted where they fit; where none does, retire one old worker (an idle one
         when that makes room)."""
         ep, spec = r.ep, staged.record.spec
         wanted = to_start("", warming, r.needed, backing_off)
-        while wanted > 0:
-            result = place_endpoint(spec, self._state.index)
-            if isinstance(result, NoFit):
-                break
-            before = len(ep.workers)
-            self._supervision.start(ep, result, staged)
-            if len(ep.workers) == before:  # it could not start (a lease elsewhere, a launch that failed)
-                return
-            wanted -= 1
-            starting += 1
+        if wanted > 0:
+            self._give_back_room(r, used=False)  # free for this placement only
+            try:
+                while wanted > 0:
+                    result = place_endpoint(spec, self._state.index)
+                    if isinstance(result, NoFit):
+                        break
+                    before = len(ep.workers)
+                    self._supervision.start(ep, result, staged)
+                    if len(ep.workers) == before:  # it could not start (a lease elsewhere, a launch that failed)
+                        return
+                    r.room = ()  # a new worker started: the room made for it is used
+                    wanted -= 1
+                    starting += 1
+            finally:
+                self._keep_room(r)  # unused: kept again before the planner plans
         draining = any(worker_id in ep.workers for worker_id in r.drained)
         if not may_drain(fits=False, wanted=wanted, draining=draining, starting=starting):
             return
@@ -306,12 +338,14 @@ class Rollouts:
         log.info("rollout of %s: retiring worker %s to make room for the new version", r.key, worker.id)
         staged.draining = True
         r.drained.add(worker.id)
+        r.room = worker.devices
         worker.retiring = True
         if not worker.jobs and not worker.in_flight:
             self._supervision.stop(worker)
 
     def _switch(self, r: Rollout) -> None:
         ep, staged = r.ep, r.ep.staged
+        self._give_back_room(r, used=True)
         r.stage(SWITCH, "" if staged is None else f"generation {staged.number}")
         if staged is not None:
             record = staged.record
@@ -336,6 +370,7 @@ class Rollouts:
 
     def _abandon(self, r: Rollout, reason: str, *, take_away: bool = True, raise_: bool = True) -> None:
         ep, staged = r.ep, r.ep.staged
+        self._give_back_room(r, used=True)
         log.warning("rollout of %s abandoned: %s", r.key, reason)
         if raise_:  # before taking a first one's endpoint away, which abandons what is still running
             r.future.set_exception(RolloutFailed(reason))
