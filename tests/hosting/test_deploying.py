@@ -19,6 +19,7 @@ from flashpoint.hosting.deploying import DeployManager, package_name, without
 from flashpoint.hosting.deployments import Deployments
 from flashpoint.hosting.loader import load_isolated
 from flashpoint.hosting.secretstore import SecretStore
+from flashpoint.scheduler.rollout import Together
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
 TWO = """
@@ -52,18 +53,30 @@ class RecordingPlane:
         self.calls: list[tuple[str, str, int]] = []  # (what, key, number of dependencies)
         self.registered: dict[str, EndpointSpec] = {}
         self.fail: set[str] = set()
+        self.groups: dict[int, asyncio.Event] = {}
 
     def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
         self.calls.append(("register", spec.key, len(spec.dependencies)))
         self.registered[spec.key] = spec
 
     async def roll_out(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None, *,
-                       timeout_s: float, on_stage: Callable[[str, str], None] | None = None) -> None:  # fmt: skip
+                       timeout_s: float, on_stage: Callable[[str, str], None] | None = None,
+                       together: Together | None = None) -> None:  # fmt: skip
+        """As the plane's: a ready rollout of a group waits until the whole group is ready, then all switch."""
         await asyncio.sleep(0)
         self.calls.append(("roll_out", spec.key, len(spec.dependencies)))
         assert target.cwd is not None and Path(target.cwd, "main.py").is_file()  # workers run the unpacked code
         if spec.name in self.fail:
             raise BackendError("worker exited 5 times while starting")
+        assert together is not None and spec.key in together.keys
+        go = self.groups.setdefault(id(together), asyncio.Event())
+        if together.arrive(spec.key):
+            go.set()
+        try:
+            await go.wait()
+        except asyncio.CancelledError:
+            self.calls.append(("abandoned", spec.key, 0))
+            raise
         self.registered[spec.key] = spec
 
     def unregister(self, key: str, *, reason: str) -> int:
@@ -140,7 +153,7 @@ def test_a_version_rolls_out_then_the_next_takes_an_endpoint_away(tmp_path: Path
     asyncio.run(scenario())
 
 
-def test_a_failed_endpoint_puts_back_the_ones_that_switched(tmp_path: Path) -> None:
+def test_a_failed_endpoint_abandons_the_others_before_any_switched(tmp_path: Path) -> None:
     async def scenario() -> None:
         plane, checkers = RecordingPlane(), {}
         deploys = manager(tmp_path, plane, checkers)
@@ -155,9 +168,9 @@ def test_a_failed_endpoint_puts_back_the_ones_that_switched(tmp_path: Path) -> N
         rollout = deploys.rollout("shop", "prod", 2)
         assert rollout["state"] == "failed"
         assert rollout["detail"] == "endpoint 'rank': worker exited 5 times while starting"
-        # embed switched to version 2, so it is rolled out again with version 1's code; rank never switched
+        # embed was ready and waited for rank; rank failed, so embed's rollout was abandoned: neither switched
         assert sorted(plane.calls) == [
-            ("roll_out", "shop.prod.embed", 2),
+            ("abandoned", "shop.prod.embed", 0),
             ("roll_out", "shop.prod.embed", 2),
             ("roll_out", "shop.prod.rank", 0),
         ]

@@ -18,6 +18,7 @@ from flashpoint.errors import ConflictError, NotFoundError, RolloutFailed
 from flashpoint.explain import Explanation
 from flashpoint.jobs import JobStatus, Reason
 from flashpoint.scheduler.records import Worker
+from flashpoint.scheduler.rollout import Together
 from flashpoint.scheduler.supervision import MAX_START_ATTEMPTS
 from flashpoint.spec import EndpointSpec, WorkerTarget
 from tests.conftest import eventually
@@ -338,3 +339,54 @@ async def test_worker_rows_say_their_generation_and_whether_they_stand_by() -> N
     assert door.plane.explain_endpoint("embed").workers["starting"] == 1
     await door.plane.close()
     await rolling.failure()
+
+
+async def test_the_endpoints_of_one_version_switch_together() -> None:
+    door = await open_door("node-a=NVIDIA_H200:4")
+    a_spec, (a_old,) = await serving(door, "a")
+    b_spec, (b_old,) = await serving(door, "b")
+    together = Together({a_spec.key, b_spec.key})
+    a_roll = asyncio.ensure_future(door.plane.roll_out(a_spec, NEW, timeout_s=120, together=together))
+    b_roll = asyncio.ensure_future(door.plane.roll_out(b_spec, NEW, timeout_s=120, together=together))
+    await asyncio.sleep(0)
+    await door.settle()
+    (a_new,), (b_new,) = standby(door, "a"), standby(door, "b")
+
+    # a's new worker is ready first: it waits, and a's old version serves on
+    assert await door.pull(a_new) == []
+    await door.step()
+    assert not a_roll.done() and a_new.standby and door.plane.endpoint("a").generation == 1
+    job = door.submit("a")
+    assert await door.pull(a_old) == [job.id]
+
+    # b's is ready: both switch in the same reconcile
+    assert await door.pull(b_new) == []
+    await door.step()
+    assert a_roll.done() and b_roll.done()
+    await asyncio.gather(a_roll, b_roll)
+    assert door.plane.endpoint("a").generation == door.plane.endpoint("b").generation == 2
+    assert not a_new.standby and not b_new.standby and a_old.retiring and b_old.retiring
+    await door.plane.close()
+
+
+async def test_a_group_member_that_fails_leaves_the_others_waiting_for_their_caller() -> None:
+    door = await open_door("node-a=NVIDIA_H200:4")
+    a_spec, _ = await serving(door, "a")
+    b_spec, _ = await serving(door, "b")
+    together = Together({a_spec.key, b_spec.key})
+    a_roll = asyncio.ensure_future(door.plane.roll_out(a_spec, NEW, timeout_s=120, together=together))
+    b_roll = asyncio.ensure_future(door.plane.roll_out(b_spec, NEW, timeout_s=5, together=together))
+    await asyncio.sleep(0)
+    await door.settle()
+    (a_new,) = standby(door, "a")
+    assert await door.pull(a_new) == []
+    await door.step(6.0)  # b is not ready in time
+    with pytest.raises(RolloutFailed):
+        await b_roll
+    assert not a_roll.done() and door.plane.endpoint("a").generation == 1  # a never switched alone
+    a_roll.cancel()  # its caller (the deploy manager) abandons it
+    with pytest.raises(asyncio.CancelledError):
+        await a_roll
+    await door.step()
+    assert door.plane.endpoint("a").staged is None and a_new.id in door.backend.stopped
+    await door.plane.close()

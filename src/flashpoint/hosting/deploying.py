@@ -27,6 +27,7 @@ from flashpoint.hosting.artifacts import ArtifactStore
 from flashpoint.hosting.deployments import Deployments, EnvInfo, VersionInfo, check_name
 from flashpoint.hosting.loader import LoadedEndpoint, LoadedProject, load_isolated
 from flashpoint.hosting.shapes import checkers as checkers_of
+from flashpoint.scheduler.rollout import Together
 from flashpoint.spec import EndpointSpec, WorkerTarget, endpoint_id
 
 log = logging.getLogger("flashpoint.deploy")
@@ -50,6 +51,7 @@ class Plane(Protocol):
         *,
         timeout_s: float,
         on_stage: Callable[[str, str], None] | None = None,
+        together: Together | None = None,
     ) -> None: ...
 
     def unregister(self, key: str, *, reason: str) -> int: ...
@@ -308,9 +310,9 @@ class DeployManager:
         progress: Progress | None = None,
         removed: frozenset[str] = frozenset(),
     ) -> None:
-        """Make ``project`` serve ``app``/``env``: each endpoint rolled out (all at once), then those it lacks taken
-        down. When one endpoint's rollout fails, those already switched go back to what served before and the error
-        is raised: the environment serves as it did."""
+        """Make ``project`` serve ``app``/``env``: its endpoints rolled out as one group (``rollout.Together``: all
+        switch at once, when all are ready), then those it lacks taken down. When one endpoint's rollout fails, the
+        others are abandoned before any switched, and the error is raised: the environment serves as it did."""
         old = dict(self._live.get((app, env), {}))
         new = self._wanted(app, env, project, removed)
 
@@ -322,25 +324,28 @@ class DeployManager:
 
             return report
 
-        results = await asyncio.gather(
-            *(self.plane.roll_out(d.spec, d.target, d.code_file, timeout_s=self.rollout_timeout_s,
-                                  on_stage=stage(name)) for name, d in new.items()),
-            return_exceptions=True,
-        )  # fmt: skip
-        failed = [(name, r) for name, r in zip(new, results, strict=True) if isinstance(r, BaseException)]
+        # one group: every endpoint's new workers warm, and all switch at once when all are ready (none before)
+        together = Together(d.spec.key for d in new.values())
+        tasks = {
+            name: asyncio.ensure_future(
+                self.plane.roll_out(d.spec, d.target, d.code_file, timeout_s=self.rollout_timeout_s,
+                                    on_stage=stage(name), together=together)
+            )
+            for name, d in new.items()
+        }  # fmt: skip
+        try:
+            if tasks:
+                await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_EXCEPTION)
+        finally:  # one failed (or this rollout was cancelled): the others are abandoned before any switched
+            pending = [task for task in tasks.values() if not task.done()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        failed = [(name, t.exception()) for name, t in tasks.items() if not t.cancelled() and t.exception()]
         if failed:
-            for name, result in zip(new, results, strict=True):
-                if isinstance(result, BaseException):
-                    continue
-                before = old.get(name)
-                if before is not None:  # back to the version that served
-                    await self.plane.roll_out(before.spec, before.target, before.code_file,
-                                              timeout_s=self.rollout_timeout_s)  # fmt: skip
-                else:
-                    self.plane.unregister(new[name].spec.key, reason=f"version of {app}/{env} failed to roll out")
             name, error = failed[0]
             if not isinstance(error, Error):
-                raise error
+                raise error  # type: ignore[misc]
             raise BackendError(f"endpoint {name!r}: {error}") from error
         if progress is not None:
             progress.stage, progress.detail = "switch", ""

@@ -44,7 +44,7 @@ from flashpoint.scheduler.readiness import Probe
 from flashpoint.scheduler.reads import PlaneReads
 from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.registry import EndpointRegistry
-from flashpoint.scheduler.rollout import Rollouts
+from flashpoint.scheduler.rollout import Rollouts, Together
 from flashpoint.scheduler.routeserving import RouteServing, not_a_queue_endpoint, oldest_held
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.state import PlaneState
@@ -515,12 +515,14 @@ class ControlPlane:
         *,
         timeout_s: float,
         on_stage: Callable[[str, str], None] | None = None,
+        together: Together | None = None,
     ) -> None:
         """Make ``spec`` serve as ``spec.key`` without dropping a job or a request (``scheduler/rollout.py``);
-        ``on_stage(stage, detail)`` hears ``build``, ``warm`` (``"1/2 ready"``), ``switch``. Raises ConflictError (a
-        rollout of it runs), RolloutFailed (abandoned: the version before serves on), MissingSecretsError."""
+        ``on_stage(stage, detail)`` hears ``build``, ``warm`` (``"1/2 ready"``), ``switch``; ``together``: the group
+        of rollouts it switches with. Raises ConflictError (a rollout of it runs), RolloutFailed (abandoned: the
+        version before serves on), MissingSecretsError."""
         self._check_secrets(spec)
-        await self.rollouts.roll_out(spec, target, code_file, timeout_s=timeout_s, on_stage=on_stage)
+        await self.rollouts.roll_out(spec, target, code_file, timeout_s=timeout_s, on_stage=on_stage, together=together)
 
     def unregister(self, key: str, *, reason: str) -> int:
         """Take an endpoint away (undeploy; decision 0099): its rollout is abandoned, queued jobs end FAILED with

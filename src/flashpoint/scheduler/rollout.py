@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from flashpoint.errors import ConflictError, RolloutFailed
@@ -106,6 +106,29 @@ def may_drain(*, fits: bool, wanted: int, draining: bool, starting: int) -> bool
     return wanted > 0 and not fits and not draining and not starting
 
 
+class Together:
+    """The rollouts of one version's endpoints (keys), which switch together: a ready one waits, taking nothing,
+    until every one is ready; then all switch in the same reconcile, so no caller sees one endpoint on the new
+    version and another on the old. One that fails is its caller's to answer for (it cancels the others)."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self.keys = frozenset(keys)
+        self.ready: set[str] = set()
+
+    def arrive(self, key: str) -> bool:
+        """``key`` is ready; whether every one is."""
+        self.ready.add(key)
+        return self.complete
+
+    def leave(self, key: str) -> None:
+        """``key`` is no longer ready (a new worker of it died)."""
+        self.ready.discard(key)
+
+    @property
+    def complete(self) -> bool:
+        return self.ready >= self.keys
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # the collaborator
 
@@ -130,6 +153,10 @@ class Rollout:
     room: tuple[Device, ...] = ()
     kept: list[Device] = field(default_factory=list)
     last_stage: tuple[str, str] = ("", "")
+    #: the rollouts it switches with (None: alone)
+    together: Together | None = None
+    #: switched or abandoned by the plane (a caller's cancel cancels ``future`` too, and is not an end)
+    ended: bool = False
 
     def stage(self, stage: str, detail: str) -> None:
         if (stage, detail) != self.last_stage:
@@ -175,8 +202,10 @@ class Rollouts:
         *,
         timeout_s: float,
         on_stage: Callable[[str, str], None] | None,
+        together: Together | None = None,
     ) -> None:
-        """Stage ``spec`` (the module's docstring says how) and return once it serves.
+        """Stage ``spec`` (the module's docstring says how) and return once it serves; with ``together``, once it
+        and the other rollouts of that group switched at once.
 
         Raises:
             ConflictError: a rollout of the endpoint is already running.
@@ -199,13 +228,13 @@ class Rollouts:
             needed = warm_count(spec.workers_min, spec.workers_max, len(ep.live_workers()))
         future = asyncio.get_running_loop().create_future()
         now = self._state.clock.monotonic()
-        rollout = Rollout(key, ep, first, needed, now + timeout_s, timeout_s, on_stage, future)
+        rollout = Rollout(key, ep, first, needed, now + timeout_s, timeout_s, on_stage, future, together=together)
         self.active[key] = rollout
         self._kick()
         try:
             await future
         finally:
-            if not future.done():  # the caller gave up waiting (cancelled): so does the plane
+            if not rollout.ended:  # the caller gave up waiting (cancelled, which cancels the future): so does the plane
                 self._abandon(rollout, "the rollout was cancelled", raise_=False)
             if self.active.get(key) is rollout:
                 del self.active[key]
@@ -230,6 +259,10 @@ class Rollouts:
             self._keep_room(rollout)
         for rollout in rollouts:
             if not rollout.future.done():
+                self._step(rollout)
+        # a group made complete by a later rollout of this pass: its earlier ones switch now, in the same reconcile
+        for rollout in rollouts:
+            if not rollout.future.done() and rollout.together is not None and rollout.together.complete:
                 self._step(rollout)
 
     # ----------------------------------------------------------------------------------------------------------------
@@ -261,10 +294,16 @@ class Rollouts:
         if environment == BUILDING:
             r.stage(BUILD, f"building its environment ({', '.join(gen.spec.dependencies)})")
             return
-        r.stage(WARM, f"{ready}/{r.needed} ready")
         if ready_to_switch(environment, ready, r.needed):
-            self._switch(r)
+            if r.together is None or r.together.arrive(r.key):
+                r.stage(WARM, f"{ready}/{r.needed} ready")
+                self._switch(r)
+            else:
+                r.stage(WARM, f"{ready}/{r.needed} ready; waiting for the version's other endpoints")
             return
+        if r.together is not None:
+            r.together.leave(r.key)
+        r.stage(WARM, f"{ready}/{r.needed} ready")
         if staged is not None:  # a first rollout's workers are the planner's to start
             self._warm(r, staged, len(workers), len(workers) - ready, backing_off=gen.next_start_at > now)
 
@@ -345,6 +384,7 @@ class Rollouts:
 
     def _switch(self, r: Rollout) -> None:
         ep, staged = r.ep, r.ep.staged
+        r.ended = True
         self._give_back_room(r, used=True)
         r.stage(SWITCH, "" if staged is None else f"generation {staged.number}")
         if staged is not None:
@@ -366,13 +406,17 @@ class Rollouts:
             self._serve_held(ep)
             self._kick()
         log.info("rollout of %s: switched", r.key)
-        r.future.set_result(None)
+        if not r.future.done():
+            r.future.set_result(None)
 
     def _abandon(self, r: Rollout, reason: str, *, take_away: bool = True, raise_: bool = True) -> None:
         ep, staged = r.ep, r.ep.staged
+        r.ended = True
         self._give_back_room(r, used=True)
         log.warning("rollout of %s abandoned: %s", r.key, reason)
-        if raise_:  # before taking a first one's endpoint away, which abandons what is still running
+        if r.future.done():
+            pass  # its caller cancelled it
+        elif raise_:  # before taking a first one's endpoint away, which abandons what is still running
             r.future.set_exception(RolloutFailed(reason))
         else:
             r.future.cancel()
