@@ -88,19 +88,20 @@ def test_ready_to_switch(environment: str, ready: int, needed: int, expected: bo
 
 
 @pytest.mark.parametrize(
-    ("environment", "warming", "needed", "backing_off", "expected"),
+    ("environment", "warming", "needed", "backing_off", "starting", "expected"),
     [
-        ("", 0, 2, False, 2),
-        ("", 1, 2, False, 1),
-        ("", 2, 2, False, 0),
-        ("", 3, 2, False, 0),
-        ("", 0, 2, True, 0),  # a failed start's back-off holds the next
-        ("building", 0, 2, False, 0),
-        ("ready", 0, 1, False, 1),
+        ("", 0, 2, False, 0, 1),  # one at a time
+        ("", 1, 2, False, 0, 1),  # the first is ready: the next
+        ("", 1, 2, False, 1, 0),  # the first (or one of the group) still starting: wait
+        ("", 2, 2, False, 0, 0),
+        ("", 3, 2, False, 0, 0),
+        ("", 0, 2, True, 0, 0),  # a failed start's back-off holds the next
+        ("building", 0, 2, False, 0, 0),
+        ("ready", 0, 1, False, 0, 1),
     ],
 )
-def test_to_start(environment: str, warming: int, needed: int, backing_off: bool, expected: int) -> None:
-    assert to_start(environment, warming, needed, backing_off) == expected
+def test_to_start(environment: str, warming: int, needed: int, backing_off: bool, starting: int, expected: int) -> None:
+    assert to_start(environment, warming, needed, backing_off, starting) == expected
 
 
 @pytest.mark.parametrize(

@@ -92,11 +92,13 @@ def ready_to_switch(environment: str, ready: int, needed: int) -> bool:
     return environment not in (BUILDING, FAILED) and ready >= needed
 
 
-def to_start(environment: str, warming: int, needed: int, backing_off: bool) -> int:
-    """How many more standby workers to start now: none while the environment builds or starts back off."""
-    if environment in (BUILDING, FAILED) or backing_off:
+def to_start(environment: str, warming: int, needed: int, backing_off: bool, starting: int = 0) -> int:
+    """How many more standby workers to start now: one at a time (none while one of its group is ``starting``), and
+    none while the environment builds or starts back off. A worker's start is the CPU-heaviest moment of its life
+    (the interpreter, its imports, the model): one at a time keeps a rollout from starving what serves meanwhile."""
+    if environment in (BUILDING, FAILED) or backing_off or starting:
         return 0
-    return max(needed - warming, 0)
+    return min(max(needed - warming, 0), 1)
 
 
 def may_drain(*, fits: bool, wanted: int, draining: bool, starting: int) -> bool:
@@ -326,6 +328,18 @@ class Rollouts:
             if w.standby and w.generation == staged.number and w.state is not WorkerState.STOPPING
         ]
 
+    def _group_starting(self, r: Rollout) -> int:
+        """The new workers still starting of the other rollouts of ``r``'s group (they start one at a time too)."""
+        if r.together is None:
+            return 0
+        return sum(
+            1
+            for other in self.active.values()
+            if other is not r and other.together is r.together and not other.future.done()
+            for w in self._generation(other)
+            if w.state is WorkerState.STARTING
+        )
+
     def _keep_room(self, r: Rollout) -> None:
         index = self._state.index
         for device in r.room:
@@ -345,7 +359,7 @@ class Rollouts:
         """Start the standby workers still wanted where they fit; where none does, retire one old worker (an idle one
         when that makes room)."""
         ep, spec = r.ep, staged.record.spec
-        wanted = to_start("", warming, r.needed, backing_off)
+        wanted = to_start("", warming, r.needed, backing_off, starting + self._group_starting(r))
         if wanted > 0:
             self._give_back_room(r, used=False)  # free for this placement only
             try:
