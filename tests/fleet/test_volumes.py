@@ -35,6 +35,21 @@ def test_a_volume_is_its_name_under_the_root_else_its_id() -> None:
     assert volume_dir(Path("/v"), NetworkVolume(id="vol_123")) == Path("/v/vol_123")
 
 
+@pytest.mark.parametrize(
+    ("app", "env", "expected"),
+    [
+        (None, None, Path("/v")),  # an endpoint of no app: the root itself
+        ("shop", "production", Path("/v/apps/shop/production")),
+        ("shop", "staging", Path("/v/apps/shop/staging")),  # another environment: its own volumes
+        ("lab", "production", Path("/v/apps/lab/production")),  # another app: its own volumes
+    ],
+)
+def test_an_apps_volumes_are_its_own(app: str | None, env: str | None, expected: Path) -> None:
+    root = volumes.app_root(Path("/v"), app, env)
+    assert root == expected
+    assert volume_dir(root, NetworkVolume(name="models")) == expected / "models"
+
+
 def test_workers_are_told_every_volume_with_its_datacenter() -> None:
     env = worker_env([NetworkVolume(name="a"), NetworkVolume(name="b", datacenter="US-KS-2")], Path("/v"))
     assert json.loads(env["FLASHPOINT_VOLUMES"]) == [

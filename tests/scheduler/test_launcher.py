@@ -4,8 +4,12 @@ told its app and environment, in Flash's variables and flashpoint's; one served 
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
-from flashpoint import Endpoint, GpuType
+import pytest
+
+from flashpoint import Endpoint, GpuType, NetworkVolume
 from flashpoint.scheduler.launcher import app_env
 from tests.scheduler.door import TARGET, open_door
 
@@ -37,3 +41,18 @@ async def test_a_deployed_endpoints_worker_is_told_its_app_and_its_key_stays_the
     assert [deployed[v] for v in APP_VARIABLES] == ["shop", "production", "shop", "production"]
     assert plain["FLASHPOINT_ENDPOINT"] == "plain" and not any(v in plain for v in APP_VARIABLES)
     await door.plane.close()
+
+
+async def test_a_deployed_endpoints_volume_is_its_apps_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FLASHPOINT_VOLUMES_DIR", str(tmp_path))
+    door = await open_door("node-a=NVIDIA_H200:2")
+    base = Endpoint(name="embed", gpu=GpuType.NVIDIA_H200, workers=(1, 1), volume=NetworkVolume(name="models")).spec
+    for app in ("shop", "lab"):
+        door.plane.register(dataclasses.replace(base, app=app, app_env="production"), TARGET)
+    await door.step()
+    paths = {
+        app: json.loads(door.backend.launch(door.worker(f"{app}.production.embed").id).env["FLASHPOINT_VOLUMES"])
+        for app in ("shop", "lab")
+    }
+    assert paths["shop"][0]["path"] == str(tmp_path / "apps" / "shop" / "production" / "models")
+    assert paths["lab"][0]["path"] == str(tmp_path / "apps" / "lab" / "production" / "models")

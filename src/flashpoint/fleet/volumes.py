@@ -1,10 +1,11 @@
 """Network volumes on your own machines: Flash's ``NetworkVolume(name=...)`` is a named, persistent directory.
 
 A volume lives in ``<root>/<name>`` (``<root>`` is ``FLASHPOINT_VOLUMES_DIR``, by default
-``$FLASHPOINT_STATE_DIR/volumes``, i.e. ``~/.flashpoint/volumes``); on a cluster, point the root at a shared path
-mounted at the same place on every node. The plane tells each worker its endpoint's volumes
-(``FLASHPOINT_VOLUMES``); the worker creates the directory on first use and sees it at ``/runpod-volume`` where it
-can (``worker/isolation.py``), and always through ``FLASHPOINT_VOLUME_PATH``.
+``$FLASHPOINT_STATE_DIR/volumes``, i.e. ``~/.flashpoint/volumes``), an app's in ``<root>/apps/<app>/<env>/<name>``
+(``app_root``: each app and environment has its own); on a cluster, point the root at a shared path mounted at the
+same place on every node. The plane tells each worker its endpoint's volumes (``FLASHPOINT_VOLUMES``); the worker
+creates the directory on first use and sees it at ``/runpod-volume`` where it can (``worker/isolation.py``), and
+always through ``FLASHPOINT_VOLUME_PATH``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from flashpoint.flashtypes import NetworkVolume
 from flashpoint.spec import volume_key
 
-__all__ = ["can_mount", "volume_dir", "volumes_root", "worker_env"]
+__all__ = ["app_root", "can_mount", "volume_dir", "volumes_root", "worker_env"]
 
 #: where Flash's workers see their network volume
 RUNPOD_VOLUME = "/runpod-volume"
@@ -36,6 +37,15 @@ def volumes_root(env: Mapping[str, str] | None = None) -> Path:
     if explicit:
         return Path(explicit).expanduser().absolute()
     return (Path(env.get("FLASHPOINT_STATE_DIR") or "~/.flashpoint").expanduser() / "volumes").absolute()
+
+
+def app_root(root: Path, app: str | None, env: str | None) -> Path:
+    """Where the volumes of an endpoint of ``app``'s environment ``env`` live: ``<root>/apps/<app>/<env>``, so that
+    two apps (or two environments of one) with a volume of one name never share it; ``root`` for an endpoint of no
+    app. App and environment names are single path components (``spec.APP_NAME``)."""
+    if app is None or env is None:
+        return root
+    return root / "apps" / app / env
 
 
 def volume_dir(root: Path, volume: NetworkVolume) -> Path:

@@ -187,7 +187,8 @@ class Supervisor:
         if ep.spec.system_dependencies:
             env["FLASHPOINT_SYSTEM_DEPENDENCIES"] = json.dumps(list(ep.spec.system_dependencies))
         if ep.spec.volumes:
-            env.update(volumes.worker_env(ep.spec.volumes, volumes.volumes_root()))
+            root = volumes.app_root(volumes.volumes_root(), ep.spec.app, ep.spec.app_env)  # an app's own
+            env.update(volumes.worker_env(ep.spec.volumes, root))
         node = self._node_of(worker.node)
         env.update(
             {

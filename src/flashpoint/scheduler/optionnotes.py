@@ -18,7 +18,8 @@ def host_option_notes(spec: EndpointSpec) -> tuple[str, ...]:
     """``option_notes`` with this host's facts: its volumes' root and whether its workers can mount."""
     if not spec.volumes and not spec.template and not spec.cloud_only:
         return ()
-    return option_notes(spec, volumes_root=volumes.volumes_root(), can_mount=volumes.can_mount())
+    root = volumes.app_root(volumes.volumes_root(), spec.app, spec.app_env)
+    return option_notes(spec, volumes_root=root, can_mount=volumes.can_mount())
 
 
 def option_notes(spec: EndpointSpec, *, volumes_root: Path, can_mount: bool) -> tuple[str, ...]:
