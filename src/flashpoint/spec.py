@@ -285,6 +285,10 @@ class EndpointSpec:
     #: the app and deployment environment a server deployed it to (None: not deployed: a script's, dev's)
     app: str | None = None
     app_env: str | None = None
+    #: a run-to-completion endpoint (Runpod SDK 2.x's ``@app.task``): each worker takes one job, then ends
+    single_use: bool = False
+    #: a cron expression (five fields, Runpod SDK 2.x's ``@schedule(cron=...)``): the server submits a job on it
+    schedule: str | None = None
 
     @property
     def key(self) -> str:
