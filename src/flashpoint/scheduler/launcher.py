@@ -203,6 +203,7 @@ class Supervisor:
                 "FLASHPOINT_ENDPOINT": name,
                 "FLASHPOINT_WORKER_ID": worker.id,
                 "FLASHPOINT_MAX_CONCURRENCY": str(ep.spec.max_concurrency),
+                protocol.SINGLE_USE_ENV: "1" if ep.spec.single_use else "0",  # one job, then it ends
                 "FLASHPOINT_DEPENDENCIES": json.dumps(list(ep.spec.dependencies)),
                 "FLASHPOINT_MAX_RESULT_BYTES": str(self.max_result_bytes),
                 **app_env(ep.spec),

@@ -6,7 +6,8 @@ The rules (DESIGN §3): endpoints are served oldest waiter first; a worker takes
 order, with ``gpu_count`` devices of one model on one node (a CPU worker: the first instance type whose vCPUs and
 memory are free on one node), on the nodes the endpoint's filters leave it; an idle worker above its endpoint's
 minimum yields its devices (or CPUs) to an endpoint waiting for them; workers still stopping count against
-``workers_max``.
+``workers_max``. A single-use endpoint (``spec.single_use``, Runpod's ``@app.task``) wants a worker per job, waiting or
+running, and keeps none warm: its minimum and idle timeout are 0 whatever it declares (decision 0111).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
 from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit, Yielders, place_endpoint
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
-from flashpoint.spec import ServerlessScalerType
+from flashpoint.spec import EndpointSpec, ServerlessScalerType
 
 #: the holder of devices a plan gives a worker it has not started yet (never seen outside ``plan``)
 _PLANNED = "(planned)"
@@ -54,15 +55,29 @@ class Plan:
     waiting: Mapping[str, tuple[WaitReason, ...]]
 
 
+def single_use(spec: EndpointSpec) -> bool:
+    """Each worker takes one job and ends with it; a route endpoint serves requests, not jobs, and ignores the flag."""
+    return spec.single_use and not spec.serves_routes
+
+
+def minimum(ep: EndpointState) -> int:
+    """The workers the endpoint keeps however idle: its ``workers_min``; none for a single-use endpoint."""
+    return 0 if single_use(ep.spec) else ep.spec.workers_min
+
+
 def desired(ep: EndpointState, live: Sequence[Worker], wall: float, oldest: float | None) -> int:
     """How many live workers the endpoint's scaler wants, clamped to ``[workers_min, workers_max]``.
 
     ``REQUEST_COUNT`` wants ``ceil((queued + running) / scaler_value)``. ``QUEUE_DELAY`` starts the first worker at
     once, and one more when the oldest queued job (queued at wall time ``oldest``) has waited ``scaler_value``
     seconds and no worker is idle or starting. ``live`` are the endpoint's live workers. For a route endpoint,
-    queued means requests held for a worker and running means requests in flight.
+    queued means requests held for a worker and running means requests in flight. A single-use endpoint wants
+    ``queued + running`` (a worker of its own per job; a spent worker is live until its job ends), capped by
+    ``workers_max``, whatever its scaler and minimum.
     """
     spec = ep.spec
+    if single_use(spec):
+        return min(ep.queued + sum(len(w.jobs) for w in live), spec.workers_max)
     if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
         running = sum(len(w.jobs) for w in live) + ep.in_flight
         want = math.ceil((ep.queued + running) / spec.scaler_value)
@@ -87,7 +102,7 @@ def yieldable(worker: Worker, ep: EndpointState, live: int) -> bool:
         and not worker.jobs
         and not worker.in_flight
         and ep.queued == 0
-        and live > ep.spec.workers_min
+        and live > minimum(ep)
     )
 
 
@@ -129,7 +144,7 @@ def plan(
     idle = [
         Holder(w.id, w.endpoint)
         for name, found in live_of.items()
-        if not endpoints[name].queued and live[name] > endpoints[name].spec.workers_min  # else none of them yields
+        if not endpoints[name].queued and live[name] > minimum(endpoints[name])  # else none of them yields
         for w in found
         if yieldable(w, endpoints[name], live[name])
     ]
@@ -137,7 +152,7 @@ def plan(
 
     def still_yields(holder: Holder) -> bool:
         owner = endpoints[holder.endpoint]
-        return holder.worker_id not in reclaimed and live[holder.endpoint] > owner.spec.workers_min
+        return holder.worker_id not in reclaimed and live[holder.endpoint] > minimum(owner)
 
     p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, live_of, [], [])
     waiting: dict[str, tuple[WaitReason, ...]] = {}
@@ -300,22 +315,24 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
 
 
 def idle_stops(ep: EndpointState, now: float) -> list[Worker]:
-    """Workers above the endpoint's minimum idle for ``idle_timeout`` seconds, longest idle first.
+    """Workers above the endpoint's minimum idle for ``idle_timeout`` seconds, longest idle first (a single-use
+    endpoint's at once: a worker whose job was cancelled before it took it is not kept warm).
 
     A worker with jobs still queued is not idle, only between two pulls (or before its first one, when its ping
     arrives before its job-take): stopping it would strand those jobs.
     """
     live = ep.live_workers()
     stops: list[Worker] = []
+    floor, timeout = (0, 0.0) if single_use(ep.spec) else (ep.spec.workers_min, ep.spec.idle_timeout_s)
     for worker in sorted(live, key=lambda w: w.idle_since):
-        if len(live) - len(stops) <= ep.spec.workers_min:
+        if len(live) - len(stops) <= floor:
             break
         if (
             worker.state is WorkerState.IDLE
             and not worker.jobs
             and not worker.in_flight
             and not ep.queued
-            and now - worker.idle_since >= ep.spec.idle_timeout_s
+            and now - worker.idle_since >= timeout
         ):
             stops.append(worker)
     return stops

@@ -82,8 +82,9 @@ class WorkerProtocol:
             return []
         if worker.state is WorkerState.STOPPING:  # answered at once: it is about to exit
             return []
-        # a retiring worker gets nothing new, but waits like any other (its stop answers it), rather than spin
-        jobs = self._pop(ep, worker, count) if worker.live else []
+        # a retiring (or spent single-use) worker gets nothing new, but waits like any other (its stop answers it),
+        # rather than spin
+        jobs = self._pop(ep, worker, count) if worker.takes_jobs else []
         if not jobs:
             future: asyncio.Future[list[Job]] = asyncio.get_running_loop().create_future()
             entry: Taker = (worker_id, count, future)
@@ -99,9 +100,12 @@ class WorkerProtocol:
         return [protocol.job_payload(job.id, job.input, job.extra) for job in jobs]
 
     def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
-        jobs = self._book.pop(ep, count)
+        single_use = ep.spec.single_use  # one job per worker, ever (decision 0111)
+        jobs = self._book.pop(ep, 1 if single_use else count)
         for job in jobs:
             self._assign(job, worker)
+        if jobs and single_use:
+            worker.spent = True
         return jobs
 
     def dispatch(self, ep: EndpointState) -> None:
@@ -113,7 +117,7 @@ class WorkerProtocol:
             worker = self._workers.get(worker_id)
             if future.done() or worker is None:
                 continue
-            if not worker.live:  # keeps waiting (its stop answers it), and gets nothing
+            if not worker.takes_jobs:  # keeps waiting (its stop answers it), and gets nothing
                 retiring.append(entry)
                 continue
             jobs = self._pop(ep, worker, count)
@@ -166,7 +170,7 @@ class WorkerProtocol:
         for job_id, body in results:
             self.done(endpoint, worker_id, job_id, body)
         worker = self._workers.get(worker_id)
-        if take > 0 and worker is not None and worker.live:
+        if take > 0 and worker is not None and worker.takes_jobs:
             return await self.take(endpoint, worker_id, take)
         return []
 

@@ -75,10 +75,18 @@ class Worker:
     #: started by a rollout for the endpoint's next generation: it takes no job and serves no request, and counts for
     #: none of the old generation's scaling, until the endpoint switches to it (``scheduler/rollout.py``)
     standby: bool = False
+    #: a single-use endpoint's worker that has taken its one job: it takes no other, and stops when that job ends
+    #: (still live meanwhile: its job counts as running for the scaler)
+    spent: bool = False
 
     @property
     def live(self) -> bool:
         return self.state is not WorkerState.STOPPING and not self.retiring and not self.standby
+
+    @property
+    def takes_jobs(self) -> bool:
+        """It may be handed a job: live, and not a single-use worker that has had its one."""
+        return self.live and not self.spent
 
     def placement(self) -> Placement:
         if not self.devices:

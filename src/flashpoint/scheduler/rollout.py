@@ -36,6 +36,7 @@ from flashpoint.errors import ConflictError, RolloutFailed
 from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.scheduler.envgate import BUILDING, FAILED, EnvironmentGate, first_line
 from flashpoint.scheduler.placement.fit import NoFit, Yielders, place_endpoint
+from flashpoint.scheduler.planner import minimum
 from flashpoint.scheduler.records import EndpointState, Staged, Worker, WorkerState
 from flashpoint.scheduler.registry import EndpointRegistry
 from flashpoint.scheduler.state import PlaneState
@@ -221,7 +222,7 @@ class Rollouts:
         if ep is None:
             self._registry.register(spec, target, code_file)
             ep = self._state.endpoints[key]
-            needed = min(spec.workers_min, spec.workers_max)
+            needed = min(minimum(ep), spec.workers_max)  # the planner starts them: those it keeps (a task's: none)
         else:
             record = EndpointState(spec, target, registered_at=ep.registered_at)
             if spec.dependencies == ep.spec.dependencies and ep.environment is not None:

@@ -236,13 +236,14 @@ class WorkerSupervision:
 
     def after_job(self, worker: Worker, stop_pod: bool = False) -> None:
         """One of the worker's jobs ended (its result came, it was cancelled, it was dropped): with none left it is
-        idle, and a retiring one (or one whose handler asked for ``stopPod``) stops."""
+        idle, and a retiring one (or one whose handler asked for ``stopPod``, or a single-use one that has had its
+        job) stops: a normal stop, its exit expected (no crash, no back-off)."""
         if stop_pod:
             worker.retiring = True
         if not worker.jobs and worker.state is WorkerState.RUNNING:
             worker.state = WorkerState.IDLE
             worker.idle_since = self._state.clock.monotonic()
-        if worker.retiring and not worker.jobs:
+        if (worker.retiring or worker.spent) and not worker.jobs:
             self.stop(worker)
         self._kick_if_someone_waits()
 

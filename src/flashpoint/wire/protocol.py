@@ -33,6 +33,10 @@ PING = PREFIX + "/ping/{worker}"
 ROUTE_SECRET_ENV = "FLASHPOINT_ROUTE_SECRET"
 ROUTE_SECRET_HEADER = "x-flashpoint-route-secret"
 
+#: the environment variable that tells flashpoint's worker it is single-use ("1"): it takes one job, posts its result
+#: and exits (a run-to-completion endpoint, decision 0111); the plane gives such a worker one job whatever it runs
+SINGLE_USE_ENV = "FLASHPOINT_SINGLE_USE"
+
 #: a line a worker prints while a job runs starts with this, the job's id and ``\x1f`` (the plane strips it)
 LOG_MARK = "\x1ffp:"
 

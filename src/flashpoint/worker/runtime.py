@@ -103,6 +103,9 @@ class Runtime:
     jobs as there are free slots (``job-done-batch?take=N``, or ``job-take-batch`` with no results), and the plane
     holds it until there is work. Results that finish while that exchange is held go out in a result-only post. So a
     busy worker makes one round trip per batch of jobs, and one per job when it runs one at a time.
+
+    A ``single_use`` worker (a run-to-completion endpoint's) stops taking jobs once it has its first: it runs it,
+    posts its result, and ``run`` returns.
     """
 
     def __init__(
@@ -115,11 +118,13 @@ class Runtime:
         ping_interval_s: float = 10.0,
         parent_pid: int | None = None,
         max_post_bytes: int = codec.MAX_RESULT_BYTES,
+        single_use: bool = False,
     ) -> None:
         self.handler = handler
+        self.single_use = single_use
         self.urls = urls
         self.api_key = api_key
-        self.concurrency = concurrency
+        self.concurrency = 1 if single_use else concurrency  # a single-use worker asks for one job
         self.ping_interval_s = ping_interval_s
         self.parent_pid = parent_pid
         #: the control plane refuses a post larger than this (its max_result_bytes)
@@ -261,6 +266,8 @@ class Runtime:
 
     def _start(self, job: dict[str, Any]) -> None:
         job_id = job["id"]
+        if self.single_use:  # its one job (even one stopped before it starts): no other, and it ends after this one
+            self.stop()
         if job_id in self._stop_early:
             del self._stop_early[job_id]
             log.info("job %s was stopped before it started; not running it", job_id)
@@ -406,6 +413,7 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
         ping_interval_s=max(1.0, int(env.get("RUNPOD_PING_INTERVAL", "10000")) / 1000),
         parent_pid=int(parent) if parent else None,
         max_post_bytes=int(env.get("FLASHPOINT_MAX_RESULT_BYTES", str(codec.MAX_RESULT_BYTES))),
+        single_use=env.get(protocol.SINGLE_USE_ENV) == "1",  # one job, its result, then the process ends
     )
     try:
         import uvloop
