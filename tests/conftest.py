@@ -315,3 +315,13 @@ def native(served: Served, path: str) -> Any:
     response = httpx.get(f"{served.url}/v1{path}", headers=served.headers, timeout=30)
     response.raise_for_status()
     return response.json()
+
+
+from tests.rc2venv import Rc2Venv, build as build_rc2_venv  # noqa: E402 - beside its fixture
+
+
+@pytest.fixture(scope="session")
+def rc2_venv(tmp_path_factory: pytest.TempPathFactory) -> Rc2Venv:
+    """runpod==2.0.0rc2 installed in a virtual environment of its own, built once per session and shared by the tests
+    that compare flashpoint's App surface with it (tests/rc2venv.py): skipped without network, a failure in CI."""
+    return build_rc2_venv(tmp_path_factory.mktemp("runpod-rc2"))
