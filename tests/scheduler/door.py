@@ -146,7 +146,8 @@ async def open_door(
     **options: Any,
 ) -> Door:
     """A plane on a simulated ``fleet`` (the one-line fleet syntax), started without its ticker. Every node of it has
-    ``host``'s facts; ``nodes`` replace the nodes of the same name, and add the others (CPU-only nodes)."""
+    ``host``'s facts; ``nodes`` replace the nodes of the same name, and add the others (CPU-only nodes). ``store=``
+    gives the plane a job store of the test's (else a new ``MemoryJobStore``)."""
     clock = FakeClock()
     described = parse_fleet(fleet, host=host) if fleet else None
     replaced = {n.name: n for n in nodes}
@@ -157,11 +158,10 @@ async def open_door(
     # route workers' /ping is the stub's scripted one, asked again at once (the stub's probe waits for an answer);
     # the options are the plane's settings, but for its collaborators (probe, environments, leases)
     given = {name: options.pop(name) for name in ("probe", "environments", "leases") if name in options}
+    store = options.pop("store", None) or MemoryJobStore()  # a test's own (a SQLite file a restart opens again)
     collaborators: dict[str, Any] = {"probe": backend.probe, **given}
     settings = PlaneSettings(**{"route_poll_s": (0.0, 0.0), **options})
-    plane = ControlPlane(
-        MemoryJobStore(), backend, worker_secret="door", settings=settings, clock=clock, **collaborators
-    )
+    plane = ControlPlane(store, backend, worker_secret="door", settings=settings, clock=clock, **collaborators)
     await plane.start(ticking=False)
     return Door(plane, backend, clock)
 

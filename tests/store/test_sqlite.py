@@ -95,12 +95,12 @@ def test_opens_in_wal_mode_with_normal_sync_and_busy_timeout(open_db: Callable[.
     assert conn.execute("pragma busy_timeout").fetchone()[0] == 2500
 
 
-def test_creates_parent_directories_and_schema_version_3(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
+def test_creates_parent_directories_and_schema_version_4(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     assert not db.parent.exists()
     open_db()
     assert db.is_file()
-    assert SCHEMA_VERSION == 3
-    assert raw(db, "pragma user_version") == 3
+    assert SCHEMA_VERSION == 4
+    assert raw(db, "pragma user_version") == 4
     columns = raw(db, "select group_concat(name) from pragma_table_info('jobs')")
     assert columns == "seq,id,endpoint,status,created_at,expires_at,data,input,submitted_by"
     indexes = raw(db, "select group_concat(name) from pragma_index_list('jobs')")
@@ -110,14 +110,14 @@ def test_creates_parent_directories_and_schema_version_3(open_db: Callable[..., 
 def test_reopening_keeps_the_schema_version(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     open_db().close()
     open_db().close()
-    assert raw(db, "pragma user_version") == 3
+    assert raw(db, "pragma user_version") == SCHEMA_VERSION
 
 
 def test_a_file_from_a_newer_version_is_refused(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     open_db().close()
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.execute("pragma user_version = 99")
-    with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(3\)"):
+    with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(4\)"):
         open_db()
 
 
@@ -137,7 +137,7 @@ def test_a_version_1_file_is_upgraded_and_its_jobs_keep_their_input(
         conn.commit()
     # When this version opens it, then the input is read from where version 1 put it, and kept through updates
     store = open_db()
-    assert raw(db, "pragma user_version") == 3
+    assert raw(db, "pragma user_version") == SCHEMA_VERSION
     job = store.get("job-old")
     assert job is not None and job.input == {"n": 1} and job.submitted_by is None
     job.move(S.IN_PROGRESS)
@@ -204,7 +204,7 @@ def test_a_version_2_file_is_upgraded_and_its_jobs_have_no_submitter(
         conn.commit()
     # When this version opens it, then the column is there and the old job has no submitter
     store = open_db()
-    assert raw(db, "pragma user_version") == 3
+    assert raw(db, "pragma user_version") == SCHEMA_VERSION
     job = store.get("job-v2")
     assert job is not None and job.submitted_by is None and job.input == {}
 

@@ -8,6 +8,9 @@ Each route names its operation of the access rule (``api/guard.py``, decisions 0
 ``INVOKE`` for the key's own job and ``READ`` for another's; the lists show what the key may see (jobs: those it may
 read), and what it may not see answers 404 as what does not exist.
 
+``/schedules`` lists endpoints' cron schedules (next run, latest run) and ``/schedules/{endpoint}`` one endpoint's
+history (decision 0109).
+
 Every endpoint and job row carries the ``app`` and ``env`` its endpoint id names (null for an endpoint outside any
 app), and both lists take ``?app=`` and ``?env=`` (decision 0102): applied before the limit, so a filtered list of
 jobs is the newest ``limit`` of that app, however many of other apps are newer.
@@ -264,6 +267,45 @@ async def wait_job(
     except TimeoutError:
         pass
     return json_response(job_body(plane, job_id))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# endpoints' cron schedules (decision 0109): the list shows the scheduled endpoints the key sees, as /endpoints does;
+# one endpoint's history is READ of it, as its explanation is
+
+
+@router.get(
+    "/schedules",
+    response_model=schemas.Schedules,
+    responses=_BAD_REQUEST,
+    summary="Scheduled endpoints: cron, next run (UTC), latest run",
+)
+async def list_schedules(request: Request, plane: Plane, app: AppFilter = None, env: EnvFilter = None) -> Response:
+    who = principal_of(request)
+    shown = [
+        ep
+        for key, ep in plane.endpoints.items()
+        if (who.scope == "admin" or sees_endpoint(who, key)) and in_app(key, app, env)
+    ]
+    return json_response({"schedules": [with_app(row, row["endpoint"]) for row in plane.schedules.rows(shown)]})
+
+
+@router.get(
+    "/schedules/{endpoint}",
+    response_model=schemas.ScheduleHistory,
+    responses={**_NOT_FOUND, **_BAD_REQUEST},
+    summary="One endpoint's schedule and its runs, newest first",
+    description="Each fire time's line: submitted (with its job and the job's status now), skipped (the previous run "
+    "was still queued or running), missed (the server was down then), failed (the submit was refused) or stopped.",
+)
+async def schedule_history(
+    endpoint: str,
+    request: Request,
+    plane: Plane,
+    limit: Annotated[int, Query(ge=1, le=1000, description="at most this many lines")] = 100,
+) -> Response:
+    ep = resolve_endpoint(request, plane, endpoint, Operation.READ)
+    return json_response(with_app(plane.schedules.history(ep, limit), ep.spec.key))
 
 
 def create_native_app(

@@ -141,6 +141,18 @@ class Route(Schema):
     path: str = Field(examples=["/items/{item_id}"])
 
 
+class EndpointSchedule(Schema):
+    """An endpoint's cron schedule (decision 0109): its expression, read in UTC, and when it fires next."""
+
+    cron: str = Field(examples=["0 * * * *"], description="five fields: minute hour day-of-month month day-of-week")
+    timezone: Literal["UTC"] = Field(description="the time zone the fields are read in: always UTC")
+    active: bool = Field(
+        description="this plane runs schedules (`flashpoint serve`); false on a script's plane and `flashpoint dev`"
+    )
+    next: str | None = Field(examples=["2027-01-15T09:00:00Z"], description="the next fire time (null: not active)")
+    next_at: float | None = Field(description="the same, epoch seconds")
+
+
 #: what an endpoint row and a job row say of their app and environment
 _APP = "the app its endpoint was deployed to (the `app` of its id `app.env.name`); null outside any app"
 _ENV = "the deployment environment of that app (the `env` of its id); null outside any app"
@@ -171,6 +183,7 @@ class Endpoint(Schema):
     kind: str = Field(default="function", description="function, class, command, or routes (an HTTP-route endpoint)")
     routes: list[Route] = Field(default_factory=list, description="a route endpoint's routes, as declared")
     in_flight: int = Field(default=0, description="a route endpoint's requests handed to its workers, not answered")
+    schedule: EndpointSchedule | None = Field(default=None, description="its cron schedule; null when it has none")
 
 
 class Endpoints(Schema):
@@ -240,3 +253,51 @@ class JobLogs(Schema):
 
     id: str
     logs: list[str]
+
+
+class ScheduleRun(Schema):
+    """One line of a schedule's history: a fire time and what became of it."""
+
+    endpoint: str
+    cron: str
+    due: float = Field(description="the fire time, epoch seconds (a `missed` line's latest; a `stopped` line's stop)")
+    due_iso: str = Field(examples=["2027-01-15T09:00:00Z"], description="the same, ISO 8601 in UTC")
+    outcome: Literal["submitted", "skipped", "missed", "failed", "stopped"] = Field(
+        description="submitted: a job ran for it (`jobId`); skipped: the previous run was still queued or running; "
+        "missed: nothing ran the schedule then (the server was down), `count` fire times; failed: the submit was "
+        "refused (`detail`); stopped: the schedule stopped (its endpoint taken away, its cron changed)"
+    )
+    recorded_at: float = Field(description="epoch seconds")
+    job_id: str | None
+    job_status: JobStatus | None = Field(description="the job's status now; null without a job or once it is gone")
+    detail: str
+    count: int = Field(description="how many fire times the line stands for (more than 1 for missed ones)")
+
+
+class Schedule(EndpointSchedule):
+    """A scheduled endpoint, and its latest history line."""
+
+    endpoint: str = Field(description="its id")
+    app: str | None = Field(default=None, description=_APP)
+    env: str | None = Field(default=None, description=_ENV)
+    last: ScheduleRun | None
+
+
+class Schedules(Schema):
+    """Every scheduled endpoint the key sees."""
+
+    schedules: list[Schedule]
+
+
+class ScheduleHistory(Schema):
+    """One endpoint's schedule and its history, newest first (the newest 1000 lines are kept)."""
+
+    endpoint: str
+    app: str | None = Field(default=None, description=_APP)
+    env: str | None = Field(default=None, description=_ENV)
+    cron: str | None = Field(description="null: the endpoint has no schedule (its history may still have lines)")
+    timezone: Literal["UTC"]
+    active: bool
+    next: str | None
+    next_at: float | None
+    runs: list[ScheduleRun]

@@ -44,7 +44,7 @@ def status(
     count: CountOption = None,
 ) -> None:
     """Show what runs: per flashpoint process or server, its endpoints, their workers by state, queue depth, jobs in
-    progress and the GPUs (or vCPUs) they hold.
+    progress and the GPUs (or vCPUs) they hold; a scheduled endpoint's cron (UTC) and next run.
 
     Without --url, asks every flashpoint process on this machine: `flashpoint serve` servers and scripts' embedded
     planes alike. With --app or --env, only the endpoints of that app or environment.
@@ -143,6 +143,8 @@ def endpoint_status(
         ],
         "summary": (row.get("explanation") or {}).get("summary", ""),
         "counters": row.get("counters", {}),
+        # a cron schedule: its expression (UTC) and next fire time (decision 0109); None when it has none
+        "schedule": row.get("schedule"),
     }
 
 
@@ -166,6 +168,17 @@ def _held_text(row: dict[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
+def schedule_text(schedule: dict[str, Any] | None) -> str:
+    """``0 * * * * UTC, next 2027-01-15 09:00``; ``-`` for none; a plane that runs no schedules says so."""
+    if not schedule:
+        return "-"
+    cron = f"{schedule.get('cron')} UTC"
+    nxt = schedule.get("next")
+    if not schedule.get("active"):
+        return f"{cron} (not run here: flashpoint serve runs schedules)"
+    return f"{cron}, next {str(nxt).replace('T', ' ').removesuffix(':00Z')}" if nxt else cron
+
+
 def endpoints_table(body: dict[str, Any]) -> Table:
     """The endpoints of one plane, one row each; where some are an app's, its app and environment first
     (``shop/production``), the rows of one app and environment together."""
@@ -175,7 +188,9 @@ def endpoints_table(body: dict[str, Any]) -> Table:
     if of_apps:
         table.add_column("app/env")
         rows = sorted(rows, key=lambda row: app_env_text(row["name"]))  # stable: each group keeps the plane's order
-    for column in ("endpoint", "asks for", "workers", "queued", "running", "holds", "state"):
+    scheduled = any(row.get("schedule") for row in rows)
+    columns = ("endpoint", "asks for", "workers", "queued", "running", "holds", *(("schedule",) if scheduled else ()))
+    for column in (*columns, "state"):
         table.add_column(column, justify="right" if column in ("queued", "running") else "left")
     for row in rows:
         asks = row["gpu"] if row.get("cpu") is None else "cpu=" + ",".join(row["cpu"])
@@ -189,6 +204,7 @@ def endpoints_table(body: dict[str, Any]) -> Table:
             str(row["queueDepth"]),
             str(row["inProgress"]),
             Text(_held_text(row)),
+            *((Text(schedule_text(row.get("schedule"))),) if scheduled else ()),
             Text(row["summary"]),
         )
     return table

@@ -170,6 +170,7 @@ function drawEndpoint(ep) {
     { cls: "card endpoint" + (ex.never ? " never" : ""), data: { endpoint: ep.name } },
     el("h3", null, endpointLink(ep.name), " ", pill(ep.kind || "function"), ex.never ? [" ", pill("can never run here", "never")] : null),
     el("div", { cls: "facts" }, ep.app ? fact("app/env", appEnvText(ep)) : null, fact("on", what)),
+    ep.schedule ? el("div", { cls: "facts" }, fact("schedule", scheduleText(ep.schedule))) : null,
     el(
       "div",
       { cls: "facts" },
@@ -205,6 +206,13 @@ export function reasonsTable(reasons) {
       ),
     ),
   );
+}
+
+// a cron schedule (decision 0109): its expression, read in UTC, and its next fire time (null where the plane runs none)
+export function scheduleText(schedule) {
+  const cron = `${schedule.cron} (UTC)`;
+  if (!schedule.active) return `${cron} · not run by this plane (flashpoint serve runs schedules)`;
+  return schedule.next ? `${cron} · next ${schedule.next.replace("T", " ").replace(/:00Z$/, " UTC")}` : cron;
 }
 
 function placementText(p) {

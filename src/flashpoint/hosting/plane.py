@@ -51,6 +51,8 @@ class PlaneRole:
     #: ``SecretStore.resolver``); None: the plane keeps no secrets, and an endpoint that names one is refused at
     #: registration
     secrets: AppSecrets | None = None
+    #: the plane runs endpoints' cron schedules (``serve``'s: Runpod runs schedules only where an app is deployed)
+    schedules: bool = False
 
 
 def app_simulated(settings: Settings) -> str | None:
@@ -82,6 +84,7 @@ def plane_settings(
         max_queued_bytes=role.max_queued_bytes,
         base_url=base_url,
         route_ready_timeout_s=settings.route_ready_timeout_s,
+        run_schedules=role.schedules,
     )
 
 

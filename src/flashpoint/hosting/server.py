@@ -200,7 +200,7 @@ class Server:
 
     def plane_role(self) -> PlaneRole:
         """serve's plane: durable (its SQLite file; running jobs go back in the queue when it stops), with serve's
-        limits."""
+        limits, running endpoints' cron schedules."""
         quiet_runpod = logging.getLogger().getEffectiveLevel() > logging.DEBUG
         return PlaneRole(
             db=self.db,
@@ -214,6 +214,7 @@ class Server:
             # Runpod's worker logger prints DEBUG lines by default: not on this console unless --log-level debug
             # (an endpoint's own env= may still ask for them)
             worker_env_defaults={"RUNPOD_LOG_LEVEL": "INFO"} if quiet_runpod else {},
+            schedules=True,  # endpoints' cron schedules (decision 0109)
         )
 
     def deploy_manager(self, plane: ControlPlane, checkers: dict[str, Callable[[Any], None]]) -> DeployManager | None:

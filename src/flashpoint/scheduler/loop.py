@@ -46,6 +46,7 @@ from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.registry import EndpointRegistry
 from flashpoint.scheduler.rollout import Rollouts, Together
 from flashpoint.scheduler.routeserving import RouteServing, not_a_queue_endpoint, oldest_held
+from flashpoint.scheduler.schedules import Schedules, check_schedule
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.supervision import WorkerSupervision
@@ -169,6 +170,10 @@ class ControlPlane:
             serve_held=self.routes.serve_held,
             take_away=lambda key, reason: self.unregister(key, reason=reason),
             kick=self.kick,
+        )
+        #: endpoints' cron schedules: a job at each fire time, and their history (``scheduler/schedules.py``)
+        self.schedules = Schedules(
+            state, enabled=settings.run_schedules, submit=lambda key, extra: self.submit(key, {}, extra)
         )
         self._next_expiry_check = 0.0
         self._kicked = False
@@ -468,8 +473,9 @@ class ControlPlane:
     # the clock
 
     def tick(self) -> None:
-        """One turn of the clock: TTLs, set-aside devices, the watchdog, execution timeouts, idle scale-down, then
-        a reconcile. The ticker calls it every ``tick_s``; tests call it after moving a ``FakeClock``."""
+        """One turn of the clock: TTLs, set-aside devices, the watchdog, execution timeouts, idle scale-down, cron
+        schedules, then a reconcile. The ticker calls it every ``tick_s``; tests call it after moving a
+        ``FakeClock``."""
         now, wall = self.clock.monotonic(), self.clock.time()
         if now >= self._next_expiry_check:  # once a second: a store scan, not a per-tick cost
             self._next_expiry_check = now + 1.0
@@ -481,6 +487,7 @@ class ControlPlane:
             for worker in planner.idle_stops(ep, now):
                 log.info("worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.key, now - worker.idle_since)
                 self.supervision.stop(worker)
+        self.schedules.step(wall)
         self.reconcile()
 
     def _expire(self, wall: float) -> None:
@@ -540,6 +547,7 @@ class ControlPlane:
         return ended
 
     def _check_secrets(self, spec: EndpointSpec) -> None:
+        check_schedule(spec)  # at registration too: a deployed project's specs come back as data
         check_secrets(spec, self._secrets)
 
     async def take(
@@ -595,7 +603,10 @@ class ControlPlane:
         return self.reads.node_view()
 
     def endpoint_rows(self, name: str | None = None) -> list[dict[str, Any]]:
-        return self.reads.endpoint_rows(name)
+        rows = self.reads.endpoint_rows(name)
+        for row in rows:  # the cron and next run of a scheduled endpoint (null: none)
+            row["schedule"] = self.schedules.summary(self.endpoints[row["name"]])
+        return rows
 
     def gauges(self) -> list[views.EndpointGauges]:
         return self.reads.gauges()

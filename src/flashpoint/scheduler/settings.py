@@ -42,6 +42,8 @@ class PlaneSettings:
     max_queued_bytes: int = MAX_QUEUED_BYTES
     #: where workers reach the plane
     base_url: str = ""
+    #: the plane submits the jobs of endpoints' cron schedules (``flashpoint serve``'s; ``scheduler/schedules.py``)
+    run_schedules: bool = False
     #: route workers have this long to answer ``/ping`` with 200 ...
     route_ready_timeout_s: float = readiness.READY_TIMEOUT_S
     #: ... asked after pauses growing from the first to the second

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from flashpoint.jobs import Job, JobStatus
+from flashpoint.store.runs import Outcome, ScheduleRun
 
 
 class JobStore(Protocol):
@@ -36,6 +37,19 @@ class JobStore(Protocol):
 
     def expired(self, now: float) -> builtins.list[Job]:
         """Jobs whose ``expires_at`` is at or before ``now`` (epoch seconds), any status, oldest first."""
+        ...
+
+    def add_run(self, run: ScheduleRun) -> None:
+        """Keep one line of a schedule's history (``store/runs.py``), durable with the next ``flush`` like a job's
+        change; an endpoint keeps its newest ``MAX_RUNS_KEPT``."""
+        ...
+
+    def runs(self, endpoint: str, *, limit: int = 100) -> builtins.list[ScheduleRun]:
+        """The endpoint's schedule history, newest first."""
+        ...
+
+    def last_run(self, endpoint: str, outcome: Outcome | None = None) -> ScheduleRun | None:
+        """The endpoint's newest history line (of that ``outcome``, when given)."""
         ...
 
     def flush(self) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import builtins
 import itertools
+from collections import deque
 from collections.abc import Iterator
 
 from flashpoint.errors import StoreError
 from flashpoint.jobs import Job, JobStatus
+from flashpoint.store.runs import MAX_RUNS_KEPT, Outcome, ScheduleRun
 
 
 class MemoryJobStore:
@@ -17,6 +19,8 @@ class MemoryJobStore:
         self._jobs: dict[str, Job] = {}
         self._finished: list[str] = []
         self.max_finished = max_finished
+        #: each endpoint's schedule history, oldest first
+        self._runs: dict[str, deque[ScheduleRun]] = {}
 
     def add(self, job: Job) -> None:
         if job.id in self._jobs:
@@ -63,8 +67,18 @@ class MemoryJobStore:
     def expired(self, now: float) -> builtins.list[Job]:
         return [job for job in self._jobs.values() if job.expires_at <= now]
 
+    def add_run(self, run: ScheduleRun) -> None:
+        self._runs.setdefault(run.endpoint, deque(maxlen=MAX_RUNS_KEPT)).append(run)
+
+    def runs(self, endpoint: str, *, limit: int = 100) -> builtins.list[ScheduleRun]:
+        return list(itertools.islice(reversed(self._runs.get(endpoint, ())), limit))
+
+    def last_run(self, endpoint: str, outcome: Outcome | None = None) -> ScheduleRun | None:
+        return next((r for r in reversed(self._runs.get(endpoint, ())) if outcome in (None, r.outcome)), None)
+
     def close(self) -> None:
         self._jobs.clear()
+        self._runs.clear()
 
     def flush(self) -> None:
         """Nothing to commit: memory is the store."""

@@ -14,6 +14,7 @@ from typing import Any
 from flashpoint.errors import StoreError
 from flashpoint.jobs import TERMINAL, Job, JobError, JobStatus, Placement, Reason
 from flashpoint.private import STATE_DIR_NAME, private_dir, private_file
+from flashpoint.store.runs import MAX_RUNS_KEPT, Outcome, ScheduleRun
 
 CREATE_JOBS = """
 create table if not exists jobs (
@@ -56,8 +57,30 @@ def _migrate_3(conn: sqlite3.Connection) -> None:
     conn.execute("alter table jobs add column submitted_by text")
 
 
+CREATE_SCHEDULE_RUNS = """
+create table if not exists schedule_runs (
+    seq integer primary key autoincrement,
+    endpoint text not null,
+    cron text not null,
+    due real not null,
+    outcome text not null,
+    recorded_at real not null,
+    job_id text,
+    detail text not null,
+    count integer not null
+)
+"""
+CREATE_SCHEDULE_RUNS_ENDPOINT = "create index if not exists schedule_runs_endpoint on schedule_runs (endpoint, seq)"
+
+
+def _migrate_4(conn: sqlite3.Connection) -> None:
+    """Version 4: schedules' histories (``store/runs.py``, decision 0109)."""
+    conn.execute(CREATE_SCHEDULE_RUNS)
+    conn.execute(CREATE_SCHEDULE_RUNS_ENDPOINT)
+
+
 #: MIGRATIONS[n - 1] takes a file from schema version n - 1 to n; the version lives in ``PRAGMA user_version``
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1, _migrate_2, _migrate_3)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1, _migrate_2, _migrate_3, _migrate_4)
 #: the schema version this code writes
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -71,6 +94,12 @@ _INSERT = (
 )
 _UPDATE = "update jobs set endpoint = ?, status = ?, created_at = ?, expires_at = ?, data = ? where id = ?"
 _UNFINISHED = tuple(status.value for status in JobStatus if status not in TERMINAL)
+_RUN_COLUMNS = "endpoint, cron, due, outcome, recorded_at, job_id, detail, count"
+#: an endpoint's lines older than its newest MAX_RUNS_KEPT (the index on (endpoint, seq) finds the cut)
+_PRUNE_RUNS = (
+    "delete from schedule_runs where endpoint = ? and seq <= "
+    "(select seq from schedule_runs where endpoint = ? order by seq desc limit 1 offset ?)"
+)
 
 #: Job fields kept in ``data`` as JSON gives them back (the others need a type restored)
 _PLAIN = (
@@ -160,6 +189,11 @@ def _from_row(row: Sequence[Any]) -> Job:
         submitted_by=submitted_by,
         **fields,
     )
+
+
+def _run(row: Sequence[Any]) -> ScheduleRun:
+    endpoint, cron, due, outcome, recorded_at, job_id, detail, count = row
+    return ScheduleRun(endpoint, cron, due, Outcome(outcome), recorded_at, job_id, detail, count)
 
 
 class SQLiteJobStore:
@@ -360,6 +394,33 @@ class SQLiteJobStore:
     def expired(self, now: float) -> builtins.list[Job]:
         with self._lock:
             return self._jobs(self._fetch("list expired jobs", f"{_SELECT} where expires_at <= ? order by seq", (now,)))
+
+    def add_run(self, run: ScheduleRun) -> None:
+        row = (run.endpoint, run.cron, run.due, run.outcome.value, run.recorded_at, run.job_id, run.detail, run.count)
+        with self._lock:
+            # in the open transaction: a run's line and its job become durable in the same commit
+            self._change(
+                "record a schedule run",
+                f"insert into schedule_runs ({_RUN_COLUMNS}) values ({', '.join('?' * 8)})",
+                row,
+            )
+            self._change("prune a schedule's history", _PRUNE_RUNS, (run.endpoint, run.endpoint, MAX_RUNS_KEPT))
+
+    def runs(self, endpoint: str, *, limit: int = 100) -> builtins.list[ScheduleRun]:
+        sql = f"select {_RUN_COLUMNS} from schedule_runs where endpoint = ? order by seq desc limit ?"
+        with self._lock:
+            return [_run(row) for row in self._fetch("read a schedule's history", sql, (endpoint, limit))]
+
+    def last_run(self, endpoint: str, outcome: Outcome | None = None) -> ScheduleRun | None:
+        where, params = (
+            ("endpoint = ?", (endpoint,))
+            if outcome is None
+            else ("endpoint = ? and outcome = ?", (endpoint, outcome.value))
+        )
+        sql = f"select {_RUN_COLUMNS} from schedule_runs where {where} order by seq desc limit 1"
+        with self._lock:
+            rows = self._fetch("read a schedule's history", sql, params)
+        return _run(rows[0]) if rows else None
 
     def flush(self) -> None:
         """Commit every write since the last flush in one transaction; durable (kill -9) once this returns."""
