@@ -198,12 +198,21 @@ def _own_job(request: Request, plane: ControlPlane, endpoint: str, job_id: str) 
     (its own job: ``INVOKE``; another's: ``READ``); with a worker's caller key, only a job that worker started. Any
     other job answers as one that does not exist."""
     job = plane.job(job_id)
-    caller = request_caller(request)
 
     def missing() -> NotFoundError:
         return NotFoundError(f"endpoint {endpoint!r} has no job {job_id!r}")
 
-    if not _of_endpoint(request, plane, job, endpoint) or (caller is not None and not started_by(job, caller)):
+    if not _of_endpoint(request, plane, job, endpoint):
+        raise missing()
+    return reachable_job(request, job, missing)
+
+
+def reachable_job(request: Request, job: Job, missing: Callable[[], NotFoundError]) -> Job:
+    """``job`` when the request's key may reach it (its own job: ``INVOKE``; another's: ``READ``); with a worker's
+    caller key, only a job that worker started. Any other raises ``missing()``, as a job that does not exist would
+    (or 403 naming the scope, for a key that sees the job's app but may not read others' jobs)."""
+    caller = request_caller(request)
+    if caller is not None and not started_by(job, caller):
         raise missing()
     authorize_job(request, job, missing)
     return job
