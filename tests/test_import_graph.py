@@ -60,6 +60,7 @@ ORDER = (
     # what user code calls, and what stands on it
     "sdk",
     "flash",
+    "runpodapps",
     "worker",
     "flashpoint",
     # the edge
@@ -74,7 +75,7 @@ TIERS = {
     **dict.fromkeys(("errors", "clock", "_version", "private", "terminal", "explain", "flashtypes"), "vocabulary"),
     **dict.fromkeys(("config", "gpus", "access", "jobs", "spec"), "vocabulary"),
     **dict.fromkeys(("environments", "wire", "fleet", "store", "backends", "scheduler", "flash", "worker"), "core"),
-    **dict.fromkeys(("sdk", "flashpoint"), "sdk"),
+    **dict.fromkeys(("sdk", "runpodapps", "flashpoint"), "sdk"),
     **dict.fromkeys(("api", "hosting", "dev", "cli", "__main__"), "edge"),
 }
 #: the designed lazy seams: the only imports that go up the list, each inside a function, by module
@@ -85,6 +86,10 @@ SEAMS = {
     ("flashpoint.sdk.deploy", "flashpoint.hosting.artifacts"),
     # runpod_flash resolves to the flashpoint surface while an app loads
     ("flashpoint.flash.alias", "flashpoint"),
+    # runpod resolves to Runpod SDK 2.x's App surface, flashpoint's, in the same places
+    ("flashpoint.flash.runpodalias", "flashpoint.runpodapps"),
+    # flashpoint.deploy reads which runpod.Apps a project declares, without importing it
+    ("flashpoint.sdk.deploy", "flashpoint.hosting.appscan"),
 }
 
 

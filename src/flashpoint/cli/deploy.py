@@ -20,12 +20,12 @@ from rich.table import Table
 from flashpoint.cli.live import LivePlane
 from flashpoint.cli.output import InertConsole, console, print_json
 from flashpoint.cli.target import KeyOption, UrlOption, one_server
+from flashpoint.hosting.appscan import declared_apps
 from flashpoint.sdk.deploy import (
-    DEFAULT_ENV,
     DEFAULT_TIMEOUT_S,
     DeployResult,
     Progress,
-    default_app,
+    app_and_env,
     deploy as deploy_project,
 )
 from flashpoint.terminal import inert
@@ -41,6 +41,16 @@ AppOption = Annotated[
     ),
 ]
 EnvOption = Annotated[str, typer.Option("--env", "-e", metavar="ENV", help="The app's environment.")]
+DeployEnvOption = Annotated[
+    str | None,
+    typer.Option(
+        "--env",
+        "-e",
+        metavar="ENV",
+        show_default=False,
+        help="The app's environment (default: production; a runpod.App's own env, 'default' unless it names one).",
+    ),
+]
 
 
 def server(url: str | None, key: str | None) -> LivePlane:
@@ -75,7 +85,7 @@ def deploy(
         Path, typer.Argument(metavar="DIR", help="The project folder to deploy.", show_default="the current folder")
     ] = Path("."),
     app_name: AppOption = None,
-    env_name: EnvOption = DEFAULT_ENV,
+    env_name: DeployEnvOption = None,
     exclude: Annotated[
         list[str] | None,
         typer.Option(
@@ -101,7 +111,11 @@ def deploy(
     serves: upload, load, build, warm, switch. A version that fails leaves the one before serving."""
     if not timeout > 0:
         raise typer.BadParameter(f"must be a positive number of seconds, got {timeout}", param_hint="--timeout")
-    app_name = app_name or default_app(path)  # before finding the server: a bad folder name is said first
+    # each Runpod SDK 2.x App of the project is its own app (decision 0108); else the folder's name; said before
+    # the server is found, so a bad folder name is said first
+    plans = [(a.name, env_name or a.env) for a in declared_apps(path)] if app_name is None else []
+    if len(plans) < 2:
+        plans = [app_and_env(path, app_name, env_name)]
     target = server(url, key)
     out = console()
     # under --json, progress goes to stderr: stdout is the JSON alone
@@ -110,17 +124,21 @@ def deploy(
     def on_stage(step: Progress) -> None:
         err.print(progress_line(step))
 
-    result = deploy_project(
-        path,
-        app=app_name,
-        env=env_name,
-        url=target.url,
-        key=target.key or "",  # "": no key (not FLASHPOINT_API_KEY again: one_server already read it)
-        timeout=timeout,
-        exclude=exclusions(exclude),
-        on_stage=on_stage,
-    )
-    if json_output:
-        print_json(result.to_json())
+    results = [
+        deploy_project(
+            path,
+            app=app,
+            env=env,
+            url=target.url,
+            key=target.key or "",  # "": no key (not FLASHPOINT_API_KEY again: one_server already read it)
+            timeout=timeout,
+            exclude=exclusions(exclude),
+            on_stage=on_stage,
+        )
+        for app, env in plans
+    ]
+    if json_output:  # one app: its object; several: a list of them
+        print_json(results[0].to_json() if len(results) == 1 else [r.to_json() for r in results])
         return
-    out.print(result_table(result))
+    for result in results:
+        out.print(result_table(result))

@@ -87,7 +87,58 @@ def run(
         source, _, name = script.rpartition(SEPARATOR)
         call_function(source, name, args or [])
         return
+    if has_local_entrypoint(Path(script)):
+        run_entrypoint_file(Path(script), args or [])
+        return
     run_script(Path(script), args or [])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# flashpoint run APP.py with a @runpod.local_entrypoint (Runpod SDK 2.x)
+
+
+def has_local_entrypoint(path: Path) -> bool:
+    """Whether a file declares a Runpod SDK 2.x entrypoint at its top level: a function decorated with
+    ``@runpod.local_entrypoint`` (or ``@local_entrypoint``); read with ``ast``, nothing imported."""
+    import ast
+
+    try:
+        tree = ast.parse(path.expanduser().read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False  # run_script says what is wrong with it
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for decorator in node.decorator_list:
+                name = decorator.attr if isinstance(decorator, ast.Attribute) else getattr(decorator, "id", None)
+                if name == "local_entrypoint":
+                    return True
+    return False
+
+
+def run_entrypoint_file(script: Path, args: Sequence[str]) -> None:
+    """Import an App file as a module (as ``rp flash dev`` does: its resources importable by the workers, never run
+    as ``__main__``), then run its ``@runpod.local_entrypoint`` here, with every resource on the fleet (the embedded
+    plane, or ``--url``'s server); exit 1 with its traceback when it raises."""
+    from flashpoint.runpodapps.entrypoint import get_entrypoint, run_entrypoint
+
+    path = script.expanduser()
+    if not path.is_file():
+        raise ConfigError(f"no such file: {str(path)!r}; name the file to run, e.g. flashpoint run main.py")
+    saved_argv = sys.argv
+    sys.argv = [str(path), *args]
+    try:
+        module = load_module(str(path))
+        entry = get_entrypoint()
+        if entry is None or getattr(entry, "__module__", None) != module.__name__:
+            raise ConfigError(f"{path} declares no @runpod.local_entrypoint function at module level")
+        run_entrypoint(entry)
+    except (SystemExit, KeyboardInterrupt, ConfigError):
+        raise
+    except BaseException as exc:
+        _print_traceback(exc, str(path.resolve()))
+        raise typer.Exit(1) from None
+    finally:
+        sys.argv = saved_argv
 
 
 # ----------------------------------------------------------------------------------------------------------------

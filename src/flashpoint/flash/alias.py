@@ -127,9 +127,12 @@ def install() -> Callable[[], None]:
 
     Modules named ``runpod_flash`` or ``runpod_flash.*`` already imported (a real runpod-flash) are set aside and
     restored by the returned function, so code imported meanwhile gets flashpoint and code imported before keeps
-    its own. Installs nest.
+    its own. ``runpod`` becomes Runpod SDK 2.x's App surface the same way (``runpodalias``). Installs nest.
     """
+    from flashpoint.flash import runpodalias
+
     module = alias_module()
+    restore_runpod = runpodalias.install()  # Flash's successor, Runpod SDK 2.x's `runpod.App`, in the same places
     saved = {name: sys.modules[name] for name in list(sys.modules) if _is_flash(name)}
     for name in saved:
         del sys.modules[name]
@@ -143,6 +146,7 @@ def install() -> Callable[[], None]:
         for name in [name for name in sys.modules if _is_flash(name)]:
             del sys.modules[name]
         sys.modules.update(saved)
+        restore_runpod()
 
     return restore
 

@@ -60,4 +60,11 @@ def worker_env(volumes: Sequence[NetworkVolume], root: Path) -> dict[str, str]:
     listed = [
         {"name": volume_key(v), "datacenter": v.datacenter.value, "path": str(volume_dir(root, v))} for v in volumes
     ]
-    return {"FLASHPOINT_VOLUMES": json.dumps(listed)}
+    # Runpod SDK 2.x's Volume.path reads RUNPOD_MOUNTS; flashpoint has one kind of volume, a directory, so each is
+    # listed as a network and as a global volume, at its directory (decision 0108)
+    mounts = [
+        {"kind": kind, "reference": item["name"], "id": item["name"], "path": item["path"]}
+        for item in listed
+        for kind in ("network", "global")
+    ]
+    return {"FLASHPOINT_VOLUMES": json.dumps(listed), "RUNPOD_MOUNTS": json.dumps(mounts)}

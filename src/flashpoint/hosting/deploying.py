@@ -191,7 +191,7 @@ class DeployManager:
             digest = await asyncio.to_thread(self.artifacts.put, data)
             root = await asyncio.to_thread(self.artifacts.unpack, digest)
             try:
-                project = await asyncio.to_thread(self._load, root)
+                project = (await asyncio.to_thread(self._load, root)).for_app(app)
             except ConfigError as exc:
                 raise BadInputError(
                     f"the project does not load, so {app}/{env} is unchanged and no version was made: {exc}"
@@ -442,7 +442,7 @@ class DeployManager:
 
     async def _project(self, version: VersionInfo) -> LoadedProject:
         root = await asyncio.to_thread(self.artifacts.unpack, version.digest)
-        project = await asyncio.to_thread(self._load, root)
+        project = (await asyncio.to_thread(self._load, root)).for_app(version.app)
         return without(project, version.manifest.get("exclude", ()))
 
     async def recover(self) -> list[str]:

@@ -16,19 +16,43 @@ from typing import Any, TypeAlias
 
 from flashpoint.errors import ConfigError
 from flashpoint.flash import alias
+from flashpoint.runpodapps.bridge import endpoint_for
+from flashpoint.runpodapps.handles import ApiHandle, FunctionHandle
+from flashpoint.runpodapps.serving import ApiEndpoint
 from flashpoint.sdk.endpoint import Endpoint, EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.sdk.routes import is_route_endpoint
 
 __all__ = ["AnyEndpoint", "load_endpoints", "load_module", "module_name", "split_target"]
 
 #: what ``@Endpoint`` returns (a function or class handle), a worker command, or an ``Endpoint`` with HTTP routes
-AnyEndpoint: TypeAlias = "EndpointFunction[..., Any] | EndpointClass[..., Any] | EndpointCommand | Endpoint"
+AnyEndpoint: TypeAlias = (
+    "EndpointFunction[..., Any] | EndpointClass[..., Any] | EndpointCommand | Endpoint | ApiEndpoint"
+)
 _KINDS = (EndpointFunction, EndpointClass, EndpointCommand)
 
 
 def _is_endpoint(value: Any) -> bool:
     """A handle, or an ``Endpoint`` that declares routes (one that declares none, or a client, is no endpoint)."""
-    return isinstance(value, _KINDS) or is_route_endpoint(value)
+    return isinstance(value, _KINDS) or is_route_endpoint(value) or isinstance(value, ApiEndpoint)
+
+
+def _served(value: Any) -> Any:
+    """What serves a module-level value: a Runpod SDK 2.x resource's flashpoint handle (``runpodapps.bridge``, made
+    once per resource, so every module that holds it finds the same one), else the value itself."""
+    if isinstance(value, FunctionHandle | ApiHandle):
+        served = vars(value).get(_SERVED)
+        if served is None:
+            try:
+                served = endpoint_for(value)
+            except Exception as exc:  # rc2's errors and flashpoint's: the declaration cannot be served
+                raise ConfigError(f"{value!r} cannot be served: {type(exc).__name__}: {exc}") from exc
+            vars(value)[_SERVED] = served
+        return served
+    return value
+
+
+#: where an rc2 handle keeps the flashpoint handle that serves it
+_SERVED = "_flashpoint_served"
 
 
 _FORMS = "path/to/app.py, package.module, or either with :attr naming one endpoint (app.py:infer)"
@@ -170,9 +194,11 @@ def load_module(source: str) -> ModuleType:
 def _endpoints_of(module: ModuleType) -> dict[str, AnyEndpoint]:
     found: dict[str, AnyEndpoint] = {}
     for attr, value in vars(module).items():
+        value = _served(value)
         if not _is_endpoint(value):
             continue
-        existing = found.get(value.spec.name)
+        # keyed by the endpoint's id: two Runpod SDK 2.x apps' resources of one name are two endpoints
+        existing = found.get(value.spec.key)
         if existing is not None and existing is not value:
             # functions and classes declared with one name and the same options are one endpoint serving them all
             shared = getattr(existing, "shared", None)
@@ -189,12 +215,12 @@ def _endpoints_of(module: ModuleType) -> dict[str, AnyEndpoint]:
                 f"second is {attr!r}); declare every function of one endpoint with the same options, or give each "
                 "endpoint its own name="
             )
-        found[value.spec.name] = value
+        found[value.spec.key] = value
     return found
 
 
 def _attr_names(module: ModuleType) -> dict[str, AnyEndpoint]:
-    return {attr: value for attr, value in vars(module).items() if _is_endpoint(value)}
+    return {attr: _served(value) for attr, value in vars(module).items() if _is_endpoint(_served(value))}
 
 
 def _select(module: ModuleType, source: str, attr: str) -> dict[str, AnyEndpoint]:
@@ -204,8 +230,9 @@ def _select(module: ModuleType, source: str, attr: str) -> dict[str, AnyEndpoint
             break
         obj = getattr(obj, part)
     else:
+        obj = _served(obj)
         if _is_endpoint(obj):
-            return {obj.spec.name: obj}
+            return {obj.spec.key: obj}
         raise ConfigError(
             f"{source}:{attr} is a {type(obj).__name__}, not an endpoint; decorate it with "
             f"@Endpoint(name=..., gpu=...) or name one of: {', '.join(_attr_names(module)) or 'none'}"
@@ -250,6 +277,7 @@ def load_endpoints(target: str) -> dict[str, AnyEndpoint]:
     if not found:
         raise ConfigError(
             f"{source} declares no endpoint: decorate a function or class at module level with "
-            "@Endpoint(name=..., gpu=...) (from flashpoint import Endpoint)"
+            "@Endpoint(name=..., gpu=...) (from flashpoint import Endpoint), or declare a Runpod SDK 2.x resource "
+            "(app = runpod.App('my-app'), then @app.queue(...), @app.api(...) or @app.task(...))"
         )
     return found

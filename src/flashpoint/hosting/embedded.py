@@ -257,6 +257,9 @@ class EmbeddedServer:
     async def cancel(self, job_id: str) -> JobView:
         return await self._compute(lambda: self.plane.cancel(job_id))
 
+    async def retry(self, job_id: str) -> JobView:
+        return await self._compute(lambda: self.plane.retry(job_id).view())
+
     async def explain_job(self, job_id: str) -> Explanation:
         return await self._compute(lambda: self.plane.explain_job(job_id))
 
@@ -266,8 +269,13 @@ class EmbeddedServer:
     async def stream(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> AsyncIterator[Any]:
         """Submit, then yield each chunk a generator endpoint produces as it arrives."""
         view = await self.submit(endpoint, payload, extra)
+        async for chunk in self.follow(view.id):
+            yield chunk
+
+    async def follow(self, job_id: str) -> AsyncIterator[Any]:
+        """Yield each chunk of a job already submitted as it arrives; its failure as ``job_failure`` at the end."""
         while True:
-            read = asyncio.run_coroutine_threadsafe(self.plane.read_chunks(view.id, 25.0), self.loop)
+            read = asyncio.run_coroutine_threadsafe(self.plane.read_chunks(job_id, 25.0), self.loop)
             state, chunks = await asyncio.wrap_future(read)
             for chunk in chunks:
                 yield codec.decode_chunk(chunk)

@@ -78,11 +78,33 @@ class LoadedEndpoint:
 @dataclass(frozen=True, slots=True)
 class LoadedProject:
     """A project folder as its loader process saw it: its endpoints by name, in file order, and the files it did not
-    import because their top level runs work (``(file, reason)``)."""
+    import because their top level runs work (``(file, reason)``). A Runpod SDK 2.x resource is keyed by its id
+    ``app.env.name`` (its own App's) until ``for_app`` picks the App a deploy is for."""
 
     root: Path
     endpoints: dict[str, LoadedEndpoint]
     skipped: list[tuple[str, str]]
+
+    @property
+    def apps(self) -> list[str]:
+        """The Runpod SDK 2.x Apps the project declares, by name, in file order."""
+        return list(dict.fromkeys(ep.spec.app for ep in self.endpoints.values() if ep.spec.app is not None))
+
+    def for_app(self, app: str) -> LoadedProject:
+        """What a deploy to ``app`` serves (decision 0108): the resources of the App named ``app`` and the endpoints
+        of no App (Flash 1.x's), keyed by name.
+
+        Raises:
+            ConfigError: the project declares Apps, none named ``app``, and no endpoint of its own.
+        """
+        kept = {ep.spec.name: ep for ep in self.endpoints.values() if ep.spec.app in (None, app)}
+        if not kept and self.apps:
+            raise ConfigError(
+                f"the project declares no endpoint for app {app!r}: its runpod.App apps are "
+                f"{', '.join(repr(a) for a in self.apps)}; deploy with --app {self.apps[0]} (or without --app: "
+                "`flashpoint deploy` deploys each App of the project)"
+            )
+        return LoadedProject(self.root, kept, self.skipped)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -271,7 +293,7 @@ def _project(root: Path, record: Any) -> LoadedProject:
         if not isinstance(name, str) or not isinstance(entry, dict):
             raise _bad("an endpoint that is not a dict by name")
         spec, target, shapes, kind = (entry.get(k) for k in ("spec", "target", "shapes", "kind"))
-        if not isinstance(spec, EndpointSpec) or spec.name != name:
+        if not isinstance(spec, EndpointSpec) or spec.key != name:
             raise _bad(f"an endpoint {name!r:.100} without its spec")
         if not isinstance(target, WorkerTarget) or not _target_ok(target):
             raise _bad(f"an endpoint {name!r:.100} without a worker target")

@@ -39,6 +39,8 @@ from flashpoint.hosting.projectfiles import (
     project_tree,
     skipped_dir,
 )
+from flashpoint.runpodapps.handles import ApiHandle, FunctionHandle
+from flashpoint.runpodapps.serving import ApiEndpoint
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
 from flashpoint.sdk.routes import is_route_endpoint, route_table
 from flashpoint.spec import WorkerTarget
@@ -169,6 +171,8 @@ def _callee(call: ast.Call) -> tuple[str | None, str | None]:
 #: what declares an endpoint, by the decorator's first or last name (``@Endpoint(...)``, ``@flashpoint.Endpoint``,
 #: Flash's older ``@remote(config)``)
 _DECLARERS = frozenset({"Endpoint", "remote"})
+#: what declares a Runpod SDK 2.x resource, by the decorator's last name (``@app.queue(...)``, ``@app.api``, ...)
+_APP_DECLARERS = frozenset({"queue", "api", "task"})
 
 
 def _endpoint_decorator(node: ast.expr) -> bool:
@@ -179,7 +183,9 @@ def _endpoint_decorator(node: ast.expr) -> bool:
         target = target.value
     if isinstance(target, ast.Name):
         names.append(target.id)
-    return bool(names) and (names[0] in _DECLARERS or names[-1] in _DECLARERS)
+    return bool(names) and (
+        names[0] in _DECLARERS or names[-1] in _DECLARERS or (len(names) > 1 and names[0] in _APP_DECLARERS)
+    )
 
 
 def _work_in(nodes: Iterator[ast.AST], runners: set[str], endpoints: set[str], workers: set[str]) -> str | None:
@@ -340,6 +346,8 @@ def declaring_module(handle: Any) -> str | None:
         return _module_of(handle.__wrapped__)
     if isinstance(handle, EndpointCommand):
         return None
+    if isinstance(handle, ApiEndpoint):  # Runpod SDK 2.x's @app.api: its class's or factory's module
+        return _module_of(handle.__wrapped__)
     if is_route_endpoint(handle):
         modules = {_module_of(fn) for _, _, fn in route_table(handle)}
         return modules.pop() if len(modules) == 1 else None
@@ -347,8 +355,8 @@ def declaring_module(handle: Any) -> str | None:
 
 
 def _declares(module: ModuleType) -> bool:
-    return any(isinstance(v, EndpointFunction | EndpointClass | EndpointCommand) or is_route_endpoint(v)
-               for v in vars(module).values())  # fmt: skip
+    return any(isinstance(v, EndpointFunction | EndpointClass | EndpointCommand | FunctionHandle | ApiHandle)
+               or is_route_endpoint(v) for v in vars(module).values())  # fmt: skip
 
 
 def target_of(handle: Any) -> WorkerTarget:

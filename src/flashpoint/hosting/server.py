@@ -51,7 +51,8 @@ def input_checkers(handles: Mapping[str, Any], app: str | None = None) -> dict[s
     checkers: dict[str, Callable[[Any], None]] = {}
     for name, handle in handles.items():
         kind = "route" if not isinstance(handle, EndpointCommand) and handle.spec.serves_routes else "queue"
-        key = name if app is None else endpoint_id(app, DEFAULT_ENV, name)
+        # a Runpod SDK 2.x resource is its own App's (decision 0108); the others are APP's
+        key = handle.spec.key if handle.spec.app is not None or app is None else endpoint_id(app, DEFAULT_ENV, name)
         checkers.update(shapes.checkers(key, shapes.shape_of(handle), kind, name=handle.spec.name))
     return checkers
 
@@ -279,7 +280,9 @@ class Server:
         )
         deploys = self.deploy_manager(plane, intake.checkers)
         if deploys is not None and pinned is not None:
-            deploys.pinned[pinned] = str(self.target)
+            # APP's own app, and each Runpod SDK 2.x App it declares, change by editing APP and restarting
+            for app_name in {pinned, *(h.spec.app for h in handles.values() if h.spec.app is not None)}:
+                deploys.pinned[app_name] = str(self.target)
 
         async def startup() -> None:
             await plane.start()
@@ -289,7 +292,9 @@ class Server:
                     code_file = os.path.join(code_dir.name, f"{number}.pkl")
                     Path(code_file).write_bytes(target.pickled)
                 spec = (
-                    handle.spec if pinned is None else dataclasses.replace(handle.spec, app=pinned, app_env=DEFAULT_ENV)
+                    handle.spec
+                    if pinned is None or handle.spec.app is not None
+                    else dataclasses.replace(handle.spec, app=pinned, app_env=DEFAULT_ENV)
                 )
                 plane.register(spec, target, code_file)
             deployed = []

@@ -20,7 +20,7 @@ from flashpoint.fleet import volumes
 from flashpoint.fleet.inventory import Node
 from flashpoint.scheduler.credentials import caller_credential, route_credential
 from flashpoint.scheduler.records import EndpointState, Worker
-from flashpoint.spec import EndpointSpec, MissingSecretsError, SecretResolver, expand_env, missing_secrets, no_secrets
+from flashpoint.spec import EndpointSpec, MissingSecretsError, SecretResolver, expand_env, missing_secrets
 from flashpoint.wire import protocol
 
 log = logging.getLogger("flashpoint.plane")
@@ -38,9 +38,19 @@ PLANE_CREDENTIALS = ("FLASHPOINT_API_KEY", "FLASHPOINT_URL")
 AppSecrets = Callable[[str | None], SecretResolver]
 
 
+#: where a plane with no secret store finds a secret's value: its own environment, ``RUNPOD_SECRET_<name>``
+SECRET_VAR_PREFIX = "RUNPOD_SECRET_"
+
+
+def environment_secret(name: str) -> str | None:
+    """A secret's value in this process's environment, ``RUNPOD_SECRET_<name>`` (None when unset)."""
+    return os.environ.get(SECRET_VAR_PREFIX + name)
+
+
 def no_app_secrets(app: str | None) -> SecretResolver:
-    """The secrets of a plane with no secret store: every secret of every app is missing."""
-    return no_secrets
+    """The secrets of a plane with no secret store (a script's embedded plane, ``flashpoint run``, ``dev``): each from
+    the plane's own environment, ``RUNPOD_SECRET_<name>`` (decision 0108), whatever the app."""
+    return environment_secret
 
 
 def set_secret_hint(app: str | None) -> str:
@@ -59,10 +69,11 @@ def check_secrets(spec: EndpointSpec, secrets: AppSecrets | None) -> None:
     """Refuse an endpoint naming a secret the plane (its secrets ``secrets``, asked for the endpoint's app; None: it
     keeps none) has no value for, naming every one (MissingSecretsError)."""
     if secrets is None:
-        missing = missing_secrets(spec.env, no_secrets)
+        missing = missing_secrets(spec.env, environment_secret)
         hint = (
-            "this plane keeps no secrets: serve the endpoint with `flashpoint serve` and set each there with "
-            "`flashpoint secret set NAME`, or drop it from the endpoint's env"
+            "this plane keeps no secrets: give it each in its environment as RUNPOD_SECRET_<name>, or serve the "
+            "endpoint with `flashpoint serve` and set each there with `flashpoint secret set NAME`, or drop it from "
+            "the endpoint's env"
         )
     else:
         missing, hint = missing_secrets(spec.env, secrets(spec.app)), set_secret_hint(spec.app)
@@ -71,12 +82,22 @@ def check_secrets(spec: EndpointSpec, secrets: AppSecrets | None) -> None:
 
 
 def app_env(spec: EndpointSpec) -> dict[str, str]:
-    """What a deployed endpoint's worker is told of its app: Flash's ``FLASH_APP``/``FLASH_ENV`` and flashpoint's
-    ``FLASHPOINT_APP``/``FLASHPOINT_APP_ENV``; nothing for an endpoint served outside any app."""
+    """What a deployed endpoint's worker is told of its app: Flash's ``FLASH_APP``/``FLASH_ENV``, flashpoint's
+    ``FLASHPOINT_APP``/``FLASHPOINT_APP_ENV``, and what Runpod SDK 2.x's workers read (decision 0108):
+    ``FLASH_RESOURCE_NAME`` (a ``.remote`` of the worker's own resource runs in place), ``FLASH_ENVIRONMENT`` (its
+    sibling calls stay in its environment) and ``RUNPOD_MAX_CONCURRENCY``; nothing for an endpoint outside any app."""
     if spec.app is None:
         return {}
     env = spec.app_env or ""
-    return {"FLASH_APP": spec.app, "FLASH_ENV": env, "FLASHPOINT_APP": spec.app, "FLASHPOINT_APP_ENV": env}
+    return {
+        "FLASH_APP": spec.app,
+        "FLASH_ENV": env,
+        "FLASHPOINT_APP": spec.app,
+        "FLASHPOINT_APP_ENV": env,
+        "FLASH_RESOURCE_NAME": spec.name,
+        "FLASH_ENVIRONMENT": env,
+        "RUNPOD_MAX_CONCURRENCY": str(spec.max_concurrency),
+    }
 
 
 class Supervisor:

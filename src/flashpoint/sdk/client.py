@@ -301,6 +301,11 @@ class HTTPConnection:
         await self._request("POST", f"/v2/{_seg(endpoint)}/cancel/{_seg(job_id)}")
         return await self.get(job_id)
 
+    async def retry(self, job_id: str) -> JobView:
+        endpoint = self._jobs.get(job_id) or (await self.get(job_id)).endpoint
+        await self._request("POST", f"/v2/{_seg(endpoint)}/retry/{_seg(job_id)}")
+        return await self.get(job_id)
+
     async def explain_job(self, job_id: str) -> Explanation:
         return Explanation.from_json(await self._request("GET", f"/v1/jobs/{_seg(job_id)}/explain"))
 
@@ -362,7 +367,14 @@ class HTTPConnection:
                 chunks it streamed before that.
         """
         view = await self.submit(endpoint, payload, extra)
-        path = f"/v2/{_seg(endpoint)}/stream/{_seg(view.id)}"
+        async for chunk in self.follow(view.id):
+            yield chunk
+
+    async def follow(self, job_id: str) -> AsyncIterator[Any]:
+        """Yield the chunks of a job already submitted as they arrive; ``JobFailedError`` (or a subclass) at the end
+        when it ends without completing."""
+        endpoint = self._jobs.get(job_id) or (await self.get(job_id)).endpoint
+        path = f"/v2/{_seg(endpoint)}/stream/{_seg(job_id)}"
         loop = asyncio.get_running_loop()
         hold = STREAM_HOLD_MS / 1000
         pause = _Pause()
@@ -378,7 +390,7 @@ class HTTPConnection:
             if not chunks:
                 await pause.unless_held(loop.time() - asked, hold, None, loop)
         if status is not JobStatus.COMPLETED:
-            raise job_failure(await self.get(view.id))
+            raise job_failure(await self.get(job_id))
 
 
 def error_for(code: str, message: str) -> Error:

@@ -410,6 +410,25 @@ def default_app(root: Path) -> str:
     return name
 
 
+def app_and_env(root: Path, app: str | None, env: str | None) -> tuple[str, str]:
+    """The app and environment a deploy of ``root`` goes to (decision 0108): ``app``, else the one Runpod SDK 2.x App
+    the folder declares, else the folder's name; ``env``, else that App's own, else ``production``.
+
+    Raises:
+        BadInputError: ``app`` is None and the folder declares several Apps (name one).
+    """
+    from flashpoint.hosting.appscan import declared_apps  # noqa: TID251 - the seam (docs/architecture.md)
+
+    apps = declared_apps(root)
+    if app is None and len(apps) > 1:
+        listed = ", ".join(f"{a.name!r} ({a.file})" for a in apps)
+        raise BadInputError(f"{str(root)!r} declares several apps ({listed}): deploy each with app= (--app)")
+    chosen = next((a for a in apps if a.name == app), None) if app is not None else (apps[0] if apps else None)
+    if app is None:
+        app = chosen.name if chosen is not None else default_app(root)
+    return app, env or (chosen.env if chosen is not None else DEFAULT_ENV)
+
+
 def server_of(url: str | None, key: str | None) -> tuple[str, str | None]:
     """The server a deploy goes to: ``url``, else ``FLASHPOINT_URL``; its key: ``key``, else ``FLASHPOINT_API_KEY``."""
     url = url or os.environ.get("FLASHPOINT_URL") or None
@@ -432,7 +451,7 @@ def deploy(
     path: str | os.PathLike[str] = ".",
     *,
     app: str | None = None,
-    env: str = DEFAULT_ENV,
+    env: str | None = None,
     url: str | None = None,
     key: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
@@ -448,8 +467,10 @@ def deploy(
 
     Args:
         path: the project folder.
-        app: the app's name; default: the folder's name (as Flash).
-        env: the environment; default ``"production"``.
+        app: the app's name; default: the one Runpod SDK 2.x ``App`` the folder declares (``App("name")``), else
+            the folder's name (as Flash).
+        env: the environment; default: that App's ``env`` (``"default"`` when it names none), else
+            ``"production"``.
         url: the server, e.g. ``http://10.0.0.5:8000``; default ``FLASHPOINT_URL``.
         key: an API key with the deploy scope for the app; default ``FLASHPOINT_API_KEY``.
         timeout: seconds to wait for the rollout (it goes on on the server after that).
@@ -481,7 +502,7 @@ def deploy(
     root = Path(path).expanduser()
     if not root.is_dir():
         raise BadInputError(f"{str(root)!r} is not a folder: deploy a project folder")
-    app = app or default_app(root)
+    app, env = app_and_env(root, app, env)
     server, api_key = server_of(url, key)
     if not timeout > 0:
         raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")

@@ -27,6 +27,8 @@ from typing import Any
 
 from flashpoint.flash import alias
 from flashpoint.jobs import Reason
+from flashpoint.runpodapps.handles import ApiHandle, FunctionHandle
+from flashpoint.runpodapps.serving import worker_init
 from flashpoint.wire import codec, protocol
 
 
@@ -62,6 +64,10 @@ def _load(import_path: str | None, pickle_file: str | None) -> Any:
             obj = getattr(obj, part)
     else:
         raise ValueError("a worker needs --import PATH or --pickle FILE")
+    if isinstance(obj, ApiHandle):
+        return obj  # Runpod SDK 2.x's @app.api: the route worker serves its app (routeserver, runpodapps.serving)
+    if isinstance(obj, FunctionHandle):
+        worker_init(obj)  # Runpod SDK 2.x's @fn.init: once, before the worker takes a job
     return getattr(obj, "__wrapped__", obj)
 
 

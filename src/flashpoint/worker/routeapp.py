@@ -51,6 +51,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from flashpoint.runpodapps.serving import run_hook
 from flashpoint.sdk.routes import Route, path_params
 from flashpoint.wire import bodylimit
 from flashpoint.wire.bodylimit import BodyLimit
@@ -106,6 +107,95 @@ def create_app(
     if route_secret is not None:
         app.add_middleware(RouteSecret, secret=route_secret)  # outermost: nothing runs before it
     return app
+
+
+def serve_app(app: ASGIApp, *, max_body_bytes: int = MAX_BODY_BYTES, route_secret: str | None = None) -> ASGIApp:
+    """A worker's ASGI app around an app of the user's own (Runpod SDK 2.x's ``@app.api`` factory, or its class's
+    routes): ``GET /ping`` answered beside it (healthy once its lifespan has started), the same body limit, error
+    answers and route secret as ``create_app``'s; everything else, lifespan included, is the app's."""
+    wrapped: ASGIApp = BodyLimit(
+        Pinged(app), max_bytes=max_body_bytes, advice="send less, or raise the worker's FLASHPOINT_MAX_BODY_MB"
+    )
+    wrapped = Errors(wrapped)
+    return RouteSecret(wrapped, route_secret) if route_secret is not None else wrapped
+
+
+def rc2_app(handle: Any) -> ASGIApp:
+    """The app of Runpod SDK 2.x's ``@app.api`` handle (decision 0108): the factory's, as it is; or one instance of the
+    class, its ``@init`` method run (awaited when async), and its marked methods served as FastAPI routes with
+    FastAPI's own semantics (rc2's runtime serves them with FastAPI: ``async def generate(self, body: dict)`` takes
+    the JSON body).
+
+    Raises:
+        TypeError: the factory returned no ASGI app, or a route cannot be served (named).
+    """
+    factory = getattr(handle, "_asgi_factory", None)
+    if factory is not None:
+        made = factory()
+        if not callable(made):
+            raise TypeError(f"@app.api function {factory.__name__} returned {type(made).__name__}, not an ASGI app")
+        app: ASGIApp = made
+        return app
+    cls = handle._cls
+    instance = cls()
+    init_name = getattr(handle, "_init_name", None)
+    if init_name is not None:
+        run_hook(getattr(instance, init_name))
+    served = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
+    for route in handle.spec.routes:
+        try:
+            served.add_api_route(
+                route.path, getattr(instance, route.handler_name), methods=[route.method], name=route.handler_name
+            )
+        except Exception as exc:
+            where = f"{cls.__name__}.{route.handler_name}"
+            raise TypeError(f"route {route.method} {route.path} ({where}) cannot be served: {exc}") from exc
+    return served
+
+
+class Pinged:
+    """``GET /ping`` for an app of the user's own: 204 until the app's lifespan has started, then healthy. An app that
+    does not speak the lifespan protocol is started at once (the protocol is completed for it)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.ready = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] == "/ping":
+            body = b'{"status":"healthy"}' if self.ready else b""
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200 if self.ready else 204, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await self.app(scope, receive, send)
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "lifespan.startup.complete":
+                started = self.ready = True
+            elif message["type"].startswith("lifespan.shutdown"):
+                self.ready = False
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            if started:
+                raise
+            # an app without lifespan support (a bare ASGI callable): complete the protocol for it
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.ready = True
+                await send({"type": "lifespan.startup.complete"})
+                message = await receive()
+            self.ready = False
+            await send({"type": "lifespan.shutdown.complete"})
 
 
 async def _ping(request: Request) -> Response:

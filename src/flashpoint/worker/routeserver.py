@@ -25,12 +25,13 @@ from collections.abc import Iterator, Mapping
 
 import uvicorn
 
-from flashpoint.sdk.routes import route_table
+from flashpoint.runpodapps.handles import ApiHandle
+from flashpoint.sdk.routes import Route, route_table
 from flashpoint.wire.protocol import ROUTE_SECRET_ENV, ROUTE_SECRET_HEADER
 from flashpoint.worker import isolation
 from flashpoint.worker.handler import dependency_problem, load_target
 from flashpoint.worker.launch import die_with_parent
-from flashpoint.worker.routeapp import MAX_BODY_BYTES, create_app
+from flashpoint.worker.routeapp import MAX_BODY_BYTES, create_app, rc2_app, serve_app
 
 __all__ = ["GRACE_S", "main"]
 
@@ -75,8 +76,13 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
     )
     if problem:
         sys.exit(problem)
-    routes = route_table(load_target(import_path, pickle_file))
-    app = create_app(routes, max_body_bytes=max_body, route_secret=secret)
+    target = load_target(import_path, pickle_file)
+    if isinstance(target, ApiHandle):  # Runpod SDK 2.x's @app.api: an app of its own
+        routes: list[Route] = []
+        app = serve_app(rc2_app(target), max_body_bytes=max_body, route_secret=secret)
+    else:
+        routes = route_table(target)
+        app = create_app(routes, max_body_bytes=max_body, route_secret=secret)
     config = uvicorn.Config(
         app,
         host=host,
@@ -90,7 +96,7 @@ def main(import_path: str | None, pickle_file: str | None, env: Mapping[str, str
         # closes a connection the proxy is about to reuse
         timeout_keep_alive=KEEP_ALIVE_S,
     )
-    shown = ", ".join(f"{method} {path}" for method, path, _ in routes)
+    shown = ", ".join(f"{method} {path}" for method, path, _ in routes) or "its app"
     name = env.get("FLASHPOINT_ENDPOINT") or "routes"
     print(f"flashpoint route worker {name}: serving {shown} on http://{host}:{port}", flush=True)
     try:
