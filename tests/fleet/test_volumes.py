@@ -59,6 +59,15 @@ def test_workers_are_told_every_volume_with_its_datacenter() -> None:
     assert worker_env([], Path("/v")) == {}
 
 
+def test_runpod_sdk_2_workers_find_each_volume_as_a_network_and_a_global_one() -> None:
+    # rc2's Volume.path looks a mount up by (kind, reference) in RUNPOD_MOUNTS (decision 0108)
+    env = worker_env([NetworkVolume(name="a")], Path("/v"))
+    assert json.loads(env["RUNPOD_MOUNTS"]) == [
+        {"kind": "network", "reference": "a", "id": "a", "path": "/v/a"},
+        {"kind": "global", "reference": "a", "id": "a", "path": "/v/a"},
+    ]
+
+
 @pytest.mark.parametrize("name", ["..", ".", "../etc", "a/b", "/abs", "white space", "x" * 129])
 def test_a_volume_name_must_be_one_directory_name(name: str) -> None:
     with pytest.raises(InvalidEndpointError, match="a volume's name is a directory name here"):
