@@ -179,6 +179,50 @@ def test_collisions_leave_the_later_one_out_and_say_so(
     assert any(p.startswith(problem) for p in layout.problems), layout.problems
 
 
+RC2_FILE = """
+import runpod
+from runpod import App
+
+app = App("webapp")
+
+
+@app.api(cpu="cpu3c-2-4")
+class Web:
+    @runpod.init
+    def load(self):
+        self.prefix = "hi "
+
+    @runpod.post("/generate")
+    async def generate(self, body: dict) -> dict:
+        return {"text": self.prefix + body["name"]}
+
+
+@app.api(cpu="cpu3c-2-4")
+def raw():
+    from fastapi import FastAPI
+
+    return FastAPI()
+
+
+@app.queue(cpu="cpu3c-2-4")
+def hello(name: str) -> str:
+    return "hello " + name
+"""
+
+
+def test_a_runpod_sdk_2_app_files_queue_functions_and_api_class_routes_are_listed(
+    project: Callable[[dict[str, str]], Path],
+) -> None:
+    # decision 0108: an App's resources are endpoints app.env.name; a class's routes are known, a factory's are not
+    layout = build_layout(load_project(project({"web.py": RC2_FILE})))
+    assert layout.rows() == [
+        ("POST", "/web/runsync", "hello", "webapp.default.hello"),
+        ("POST", "/web/generate", "generate", "webapp.default.Web"),
+    ]
+    (problem,) = layout.problems
+    assert "'webapp.default.raw' left out" in problem and "flashpoint serve" in problem
+
+
 def test_two_files_of_one_module_name_the_second_fails_to_load(project: Callable[[dict[str, str]], Path]) -> None:
     # workers import a file by its module name: two files named worker.py in different folders cannot both be served
     loaded = load_project(project({"a/worker.py": HEAD + gpu_fn("wa"), "b/worker.py": HEAD + gpu_fn("wb")}))

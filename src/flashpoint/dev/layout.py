@@ -21,6 +21,7 @@ from typing import Any
 
 from flashpoint.hosting.discovery import AnyEndpoint
 from flashpoint.hosting.project import Project, SourceFile, same_endpoint
+from flashpoint.runpodapps.serving import ApiEndpoint
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand
 from flashpoint.sdk.routes import is_route_endpoint, route_table
 from flashpoint.spec import EndpointSpec, WorkerTarget
@@ -162,6 +163,15 @@ def _json(value: Any) -> bool:
     return True
 
 
+def _routes_of(handle: Any) -> list[tuple[str, str, Any]]:
+    """``(method, path, function)`` of a route endpoint's routes: its own, or a Runpod SDK 2.x ``@app.api`` class's
+    marked methods (the class's functions, to say which file declares them)."""
+    if isinstance(handle, ApiEndpoint):
+        cls = handle.rc2_handle._cls
+        return [(r.method, r.path, getattr(cls, r.handler_name)) for r in handle.rc2_handle.spec.routes]
+    return list(route_table(handle))
+
+
 def _calls_of(handle: Any) -> Iterator[tuple[str, str | None, str | None, Any, bool]]:
     """``(name, target, method, callable, is_method)`` for each queue callable an endpoint offers."""
     if isinstance(handle, EndpointCommand):  # a command's handler takes any input: known by the endpoint's name
@@ -217,8 +227,14 @@ def build_layout(project: Project) -> Layout:
     homes: dict[str, list[str]] = {}
     for name, (handle, first) in owners.items():
         where = homes.setdefault(name, [])
-        if is_route_endpoint(handle):
-            for method, route_path, fn in route_table(handle):
+        if isinstance(handle, ApiEndpoint) and handle.rc2_handle._cls is None:
+            problems.append(
+                f"{first}: api resource {handle.spec.key!r} left out: its ASGI app's routes are not known before it "
+                "runs; serve it with `flashpoint serve` and call it at /<endpoint id>/<path>"
+            )
+            continue
+        if is_route_endpoint(handle) or isinstance(handle, ApiEndpoint):
+            for method, route_path, fn in _routes_of(handle):
                 rel = file_of(fn, first)
                 declared[rel].append((name, method, route_path, fn))
                 where.append(rel)
