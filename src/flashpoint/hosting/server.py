@@ -306,8 +306,11 @@ class Server:
             # announced before the line that says it serves: whoever waits for that line finds the file
             notice = announce.Announcement(announce.SERVER, local_url, cli_key, app=self.target)
             announced.append(announce.write(self.settings.state_dir, notice))
-            own = f"{', '.join(handles)} (app {pinned})" if pinned is not None else ""
-            serving = ", ".join(p for p in (own, *deployed) if p) or "no app yet (flashpoint deploy sends one)"
+            # APP's own endpoints by name, in its folder's app; a Runpod SDK 2.x App's by id (their own app)
+            bare = [name for name, handle in handles.items() if handle.spec.app is None]
+            own = f"{', '.join(bare)} (app {pinned})" if pinned is not None and bare else ""
+            apps = [name for name, handle in handles.items() if handle.spec.app is not None]
+            serving = ", ".join(p for p in (own, *apps, *deployed) if p) or "no app yet (flashpoint deploy sends one)"
             print(
                 f"flashpoint serving {serving} on http://{self.host}:{port} "
                 f"(fleet: {plane.fleet_summary()}; jobs in {self.db}; {recovered} unfinished job(s) recovered)",
