@@ -74,6 +74,20 @@ def _positive_ms(policy: dict[str, Any], key: str, maximum: int) -> int | None:
     return value
 
 
+def policy_limits(data: dict[str, Any]) -> tuple[int | None, int | None]:
+    """A job request's ``policy.executionTimeout`` and ``policy.ttl`` in ms (None: not given).
+
+    Raises:
+        BadInputError: a policy that is not an object, or a limit that is not 1 ms to 7 days.
+    """
+    policy = data.get("policy")
+    if policy is None:
+        policy = {}
+    if not isinstance(policy, dict):
+        raise BadInputError('"policy" must be an object, e.g. {"executionTimeout": 600000}', code="bad_request")
+    return _positive_ms(policy, "executionTimeout", 7 * _DAY_MS), _positive_ms(policy, "ttl", 7 * _DAY_MS)
+
+
 async def _job_request(request: Request, plane: ControlPlane, endpoint: str, intake: Intake) -> Job:
     """Parse and check a /run or /runsync body, then submit it: nothing is stored unless every check passes."""
     ep = resolve_endpoint(request, plane, endpoint, Operation.INVOKE)  # 404 (or 403) before anything else
@@ -148,13 +162,7 @@ def submit_checked(
     """Check a parsed job request (``parse_body``) and submit it; ``record`` joins the job's ``flashpoint`` metadata
     (what the server notes about the job, never what a caller sends there)."""
     payload = data["input"]
-    policy = data.get("policy")
-    if policy is None:
-        policy = {}
-    if not isinstance(policy, dict):
-        raise BadInputError('"policy" must be an object, e.g. {"executionTimeout": 600000}', code="bad_request")
-    execution_ms = _positive_ms(policy, "executionTimeout", 7 * _DAY_MS)
-    ttl_ms = _positive_ms(policy, "ttl", 7 * _DAY_MS)
+    execution_ms, ttl_ms = policy_limits(data)
     webhook = data.get("webhook")
     if webhook is not None and (not isinstance(webhook, str) or not webhook.startswith(("http://", "https://"))):
         raise BadInputError(f'"webhook" must be an http(s) URL, got {webhook!r}', code="bad_request")

@@ -215,12 +215,17 @@ class EmbeddedServer:
         await self._compute(run)
 
     async def submit(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
-        return await self._compute(lambda: self.plane.submit(endpoint, payload, extra).view())
+        execution_ms, ttl_ms = _policy_limits(extra)
+        return await self._compute(
+            lambda: self.plane.submit(endpoint, payload, extra, execution_timeout_ms=execution_ms, ttl_ms=ttl_ms).view()
+        )
 
     async def call(self, endpoint: str, payload: Any, extra: dict[str, Any]) -> JobView:
+        execution_ms, ttl_ms = _policy_limits(extra)
+
         def run(future: asyncio.Future[JobView]) -> None:
             self._check_satisfiable(endpoint)
-            job = self.plane.submit(endpoint, payload, extra)
+            job = self.plane.submit(endpoint, payload, extra, execution_timeout_ms=execution_ms, ttl_ms=ttl_ms)
             self.plane.on_finish(job.id, lambda view: _deliver(future, view))
 
         return await self._on_plane(run)
@@ -387,6 +392,16 @@ class _LazyNativeApp:
 
             self._app = create_native_app(self._plane, self._keys)
         await self._app(scope, receive, send)
+
+
+def _policy_limits(extra: dict[str, Any]) -> tuple[int | None, int | None]:
+    """A request's ``policy`` limits in ms, execution and ttl (Runpod SDK 2.x's ``with_options(execution_timeout=...,
+    ttl=...)``), checked as the HTTP intake checks them; None where not given (the endpoint's own applies)."""
+    if extra.get("policy") is None:
+        return None, None
+    from flashpoint.api.runpod import policy_limits
+
+    return policy_limits(extra)
 
 
 def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:

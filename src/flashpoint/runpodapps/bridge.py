@@ -148,9 +148,12 @@ def endpoint_spec(app: str, env: str, resource: ResourceSpec, *, model_store: Pa
         "system_dependencies": list(resource.system_dependencies or ()),
         "scaler_type": "REQUEST_COUNT" if task else resource.effective_scaler_type,
         "scaler_value": 1 if task else resource.scaler_value,
-        "flashboot": resource.flashboot,
-        "accelerate_downloads": resource.accelerate_downloads,
     }
+    # cloud knobs: given to build_spec (which records every one it is given as cloud-only) only when turned off, so a
+    # resource that left rc2's defaults has no notes it never wrote
+    for knob in ("flashboot", "accelerate_downloads"):
+        if not getattr(resource, knob):
+            options[knob] = False
     if gpus is not None:
         options["gpu"] = gpus
     if resource.cpu is not None:
