@@ -111,8 +111,9 @@ def create_app(
 
 def serve_app(app: ASGIApp, *, max_body_bytes: int = MAX_BODY_BYTES, route_secret: str | None = None) -> ASGIApp:
     """A worker's ASGI app around an app of the user's own (Runpod SDK 2.x's ``@app.api`` factory, or its class's
-    routes): ``GET /ping`` answered beside it (healthy once its lifespan has started), the same body limit, error
-    answers and route secret as ``create_app``'s; everything else, lifespan included, is the app's."""
+    routes): ``GET /ping`` answered beside it (healthy once its lifespan has started), the same body limit and route
+    secret as ``create_app``'s, and its JSON 500 for an exception that reaches it (a FastAPI app answers its own
+    errors first); everything else, lifespan included, is the app's."""
     wrapped: ASGIApp = BodyLimit(
         Pinged(app), max_bytes=max_body_bytes, advice="send less, or raise the worker's FLASHPOINT_MAX_BODY_MB"
     )
