@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -281,6 +282,23 @@ def test_endpoint_spec_refuses_what_has_no_meaning_here(
 ) -> None:
     with pytest.raises(error, match=message):
         endpoint_spec("shop", "default", ResourceSpec(kind=QUEUE, name="res", **options))
+
+
+@pytest.mark.parametrize(
+    ("app", "env", "what"),
+    [
+        ("../../etc", "default", "App name '../../etc'"),
+        ("my app", "default", "App name 'my app'"),
+        ("a.b", "default", "App name 'a.b'"),
+        ("shop", "stag/ing", "environment 'stag/ing'"),
+        ("shop", "", "environment ''"),
+        ("x" * 64, "default", "App name"),
+    ],
+)
+def test_an_app_name_or_env_that_cannot_be_an_id_or_a_folder_is_refused(app: str, env: str, what: str) -> None:
+    # rc2 takes any App name; here it becomes the endpoint id app.env.name and the folder of the app's volumes
+    with pytest.raises(InvalidResourceError, match=re.escape(what) + ".* cannot be served by flashpoint"):
+        endpoint_spec(app, env, ResourceSpec(kind=QUEUE, name="res"))
 
 
 def model_store_with(root: Path, repo: str, commit: str = "c0ffee") -> Path:

@@ -33,7 +33,7 @@ from flashpoint.runpodapps.spec import ResourceKind, ResourceSpec, normalize_gpu
 from flashpoint.runpodapps.targets import DEFAULT_TIMEOUT_SECONDS, InvocationTarget, unwrap_job_output
 from flashpoint.sdk.connection import Connection
 from flashpoint.sdk.default_connection import connect
-from flashpoint.spec import EndpointSpec, WorkerTarget, build_spec, endpoint_id, worker_target_for
+from flashpoint.spec import APP_NAME, EndpointSpec, WorkerTarget, build_spec, endpoint_id, worker_target_for
 from flashpoint.wire import codec
 
 __all__ = [
@@ -130,6 +130,13 @@ def endpoint_spec(app: str, env: str, resource: ResourceSpec, *, model_store: Pa
     """
     from flashpoint.runpodapps.secret import render_env
 
+    for what, value in (("App name", app), ("environment", env)):
+        if not APP_NAME.fullmatch(value):
+            # an App's name and env become an endpoint id and a folder of its volumes: one plain path component
+            raise InvalidResourceError(
+                f"resource '{resource.name}': {what} {value!r} cannot be served by flashpoint: use 1 to 63 letters, "
+                "digits, '_' or '-', starting with a letter or digit (e.g. App('my-app', env='staging'))"
+            )
     resource.validate()
     gpus, notes = _gpu_candidates(resource)
     task = resource.kind is ResourceKind.TASK
