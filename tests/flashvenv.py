@@ -53,23 +53,27 @@ class FlashVenv:
         return {**env, **extra}
 
 
-def build(root: Path) -> FlashVenv:
-    """Create the environment under ``root`` and install runpod-flash there (minutes the first time)."""
+def install_venv(root: Path, requirement: str, *, timeout: float) -> Path:
+    """A virtual environment under ``root`` holding ``requirement`` from the package registry, and a HOME of its own
+    beside it; its interpreter. Without the registry: skipped here, failed in CI (``unavailable``)."""
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q"]
-        + [f"runpod-flash=={FLASH_VERSION}"],
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", requirement],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         check=False,
     )
     if install.returncode != 0:
         unavailable(
-            f"cannot install runpod-flash=={FLASH_VERSION} from the package registry (no network?): "
-            f"{install.stderr.strip()[-500:]}"
+            f"cannot install {requirement} from the package registry (no network?): {install.stderr.strip()[-500:]}"
         )
     (root / "home").mkdir(exist_ok=True)
-    return FlashVenv(root, python)
+    return python
+
+
+def build(root: Path) -> FlashVenv:
+    """Create the environment under ``root`` and install runpod-flash there (minutes the first time)."""
+    return FlashVenv(root, install_venv(root, f"runpod-flash=={FLASH_VERSION}", timeout=600))

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.flashvenv import unavailable
+from tests.flashvenv import install_venv
 
 RC2_VERSION = "2.0.0rc2"
 
@@ -65,21 +64,4 @@ class Rc2Venv:
 
 def build(root: Path) -> Rc2Venv:
     """Create the environment under ``root`` and install rc2 there (about a minute the first time)."""
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
-    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q"]
-        + [f"runpod=={RC2_VERSION}"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if install.returncode != 0:
-        unavailable(
-            f"cannot install runpod=={RC2_VERSION} from the package registry (no network?): "
-            f"{install.stderr.strip()[-500:]}"
-        )
-    (root / "home").mkdir(exist_ok=True)
-    return Rc2Venv(root, python)
+    return Rc2Venv(root, install_venv(root, f"runpod=={RC2_VERSION}", timeout=900))

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flashpoint.errors import BadInputError, ConflictError, Error, JobFailedError, NotFoundError
+from flashpoint.errors import Error, JobFailedError, NotFoundError
 from flashpoint.flashtypes import NetworkVolume as FlashVolume
 from flashpoint.jobs import JobStatus, JobView
 from flashpoint.runpodapps.errors import EndpointNotFound, InvalidResourceError, RemoteExecutionError
@@ -294,11 +294,12 @@ class EndpointTarget(InvocationTarget):
     async def retry_job(self, job_id: str) -> dict[str, Any]:
         conn = await self._connection()
         try:
-            return _view_data(await self._job(conn.retry, job_id))
-        except (BadInputError, ConflictError, Error) as exc:
-            if isinstance(exc, NotFoundError):
-                raise
+            view: JobView = await conn.retry(job_id)
+        except NotFoundError:
+            raise self._missing() from None
+        except Error as exc:  # a job that may not be retried (COMPLETED, say): rc2 raises for a refused retry
             raise RemoteExecutionError(f"retry failed: {exc}") from None
+        return _view_data(view)
 
     async def _job(self, call: Callable[[str], Any], job_id: str) -> JobView:
         try:
