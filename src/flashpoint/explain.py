@@ -40,6 +40,14 @@ class Code(str, Enum):
     #: the endpoint's environment failed to build; its jobs fail until the requirements change or the failure is
     #: forgotten (``flashpoint venv prune --failed``)
     ENVIRONMENT_FAILED = "environment_failed"
+    #: the endpoint's app, environment or key holds as many devices as a quota allows (the reason names the quota,
+    #: its use and when it frees)
+    QUOTA = "quota"
+    #: a higher priority class waits for the devices (the reason names it); running workers of a preemptible
+    #: endpoint are being stopped for it
+    PREEMPTED = "preempted"
+    #: another app further below its fair share of the fleet is served first (the reason names it)
+    FAIR_SHARE = "fair_share"
 
     def __str__(self) -> str:
         return self.value

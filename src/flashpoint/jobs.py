@@ -87,6 +87,8 @@ class Reason(str, Enum):
     TTL_EXPIRED = "ttl_expired"
     #: removed from the queue by purge-queue
     PURGED = "purged"
+    #: its worker was taken for a higher priority class (the job went back to its queue: not a failure, not a retry)
+    PREEMPTED = "preempted"
 
     def __str__(self) -> str:
         return self.value
@@ -186,6 +188,11 @@ class Job:
     #: the name of the key that submitted it (``server``: the server's own keys; ``worker:<id>``: a worker's caller
     #: key); None when no key was asked (an embedded plane, a server without keys)
     submitted_by: str | None = None
+    #: sent at low priority (Runpod 2.x's ``policy.lowPriority``): it runs after its queue's other jobs
+    low_priority: bool = False
+    #: every run that ended without ending the job (preempted, worker lost): ``{"workerId", "placement",
+    #: "startedAt", "endedAt", "outcome"}``, oldest first; the run that ends it is the job's own fields
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # the submitter rides in with the request's metadata (``SUBMITTED_BY_KEY``) and is kept here, not in extra
@@ -237,6 +244,8 @@ class Job:
             logs=tuple(self.logs),
             webhook=self.extra.get("webhook") if isinstance(self.extra.get("webhook"), str) else None,
             submitted_by=self.submitted_by,
+            low_priority=self.low_priority,
+            attempts=tuple(self.attempts),
         )
 
 
@@ -263,6 +272,10 @@ class JobView:
     output_binary: bool = False
     #: the name of the key that submitted it (``Job.submitted_by``)
     submitted_by: str | None = None
+    #: sent at low priority (``Job.low_priority``)
+    low_priority: bool = False
+    #: runs that ended without ending the job (``Job.attempts``)
+    attempts: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def queued(cls, job_id: str, endpoint: str, created_at: float = 0.0) -> JobView:
@@ -300,6 +313,8 @@ class JobView:
             "createdAt": self.created_at,
             "logs": list(self.logs),
             "submittedBy": self.submitted_by,
+            "lowPriority": self.low_priority,
+            "attempts": list(self.attempts),
         }
 
     @classmethod
@@ -330,6 +345,8 @@ class JobView:
             created_at=data.get("createdAt", 0.0),
             logs=tuple(data.get("logs", ())),
             submitted_by=data.get("submittedBy"),
+            low_priority=bool(data.get("lowPriority", False)),
+            attempts=tuple(data.get("attempts", ())),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -44,7 +44,15 @@ OPTIONS = (
     "min_cuda_version",
     "worker_command",
     "worker_cwd",
+    "priority",
+    "preemptible",
+    "placement",
 )
+#: the priority classes every plane knows, highest first (a server may define more: ``PlaneSettings.priority_classes``)
+PRIORITY_CLASSES = {"high": 2, "normal": 1, "low": 0}
+#: how a worker's node is chosen among those that fit its model: ``pack`` (best fit: the node left with the fewest
+#: free devices, so whole nodes stay free for large requests) or ``spread`` (the node with the most free devices)
+PLACEMENTS = ("pack", "spread")
 #: a volume's directory name, a datacenter label: no path separators, no dot-only names
 LABEL = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -289,6 +297,13 @@ class EndpointSpec:
     single_use: bool = False
     #: a cron expression (five fields, Runpod SDK 2.x's ``@schedule(cron=...)``): the server submits a job on it
     schedule: str | None = None
+    #: its priority class (``priority=``): "high", "normal" or "low", or a class its server defines
+    priority: str = "normal"
+    #: ``preemptible=True``: its running workers may be stopped for a higher class's waiting request (their jobs go
+    #: back to the queue, reason ``preempted``)
+    preemptible: bool = False
+    #: ``placement=``: "pack" (best fit, the default) or "spread" (the node with the most free devices)
+    placement: str = "pack"
 
     @property
     def key(self) -> str:
@@ -557,7 +572,27 @@ def build_spec(options: dict[str, Any], *, named_later: bool = False) -> Endpoin
         flashboot=_flag(name, "flashboot", options.get("flashboot", True)),
         accelerate_downloads=_flag(name, "accelerate_downloads", options.get("accelerate_downloads", True)),
         cloud_only=_cloud_only(options, template),
+        priority=_priority(name, options.get("priority", "normal")),
+        preemptible=_flag(name, "preemptible", options.get("preemptible", False)),
+        placement=_placement(name, options.get("placement", "pack")),
     )
+
+
+def _priority(name: str | None, value: Any) -> str:
+    """``priority=``: a class name ("high", "normal", "low", or one the server defines: a label); the plane checks a
+    class it does not know when the endpoint registers."""
+    if not isinstance(value, str) or not LABEL.match(value.strip()):
+        raise invalid(name, f"priority must be a class name such as 'high', 'normal' or 'low', got {value!r}")
+    return value.strip().lower()
+
+
+def _placement(name: str | None, value: Any) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in PLACEMENTS:
+        raise invalid(
+            name,
+            f"placement must be 'pack' (fill nodes, keep whole ones free) or 'spread' (workers apart), got {value!r}",
+        )
+    return value.strip().lower()
 
 
 #: PodTemplate fields that only Runpod's cloud applies (its ``env`` reaches the workers here)

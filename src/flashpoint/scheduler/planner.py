@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from flashpoint.explain import Code, OtherProcess, WaitReason
 from flashpoint.fleet.inventory import Holder
-from flashpoint.gpus import describe
+from flashpoint.gpus import Candidate, describe
 from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
 from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit, Yielders, place_endpoint
 from flashpoint.scheduler.placement.index import FleetIndex
@@ -27,6 +27,8 @@ from flashpoint.spec import EndpointSpec, ServerlessScalerType
 
 #: the holder of devices a plan gives a worker it has not started yet (never seen outside ``plan``)
 _PLANNED = "(planned)"
+#: why ``spec`` may not take ``spec.gpu_count`` devices of ``candidate`` now, on this index (a quota), or None
+Limit = Callable[[EndpointSpec, Candidate, FleetIndex], WaitReason | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +126,15 @@ def plan(
     wall: float,
     oldest: Mapping[str, float],
     wanted: Mapping[tuple[str, int], OtherProcess] | None = None,
+    limit: Limit | None = None,
 ) -> Plan:
     """The starts and reclaims that give endpoints the workers they want, and the reasons for what they lack.
 
     ``now`` is monotonic (start back-off), ``wall`` is epoch time and ``oldest[name]`` the wall time the endpoint's
     oldest queued job was queued (the scaler's clock and the serving order). ``wanted`` are devices (by key) another
     flashpoint process waits for (``scheduler/wants.py``): an idle worker above its minimum on one of them yields it,
-    once this plane's own endpoints have been served.
+    once this plane's own endpoints have been served. ``limit`` (the plane's quotas, ``scheduler/quotas.py``) says
+    why a candidate of an endpoint may not take devices now, reading the index (the plan's own starts are held there).
     """
     # one pass over the workers: each endpoint's live ones, and those that could yield now (named once per plan,
     # so placement looks at their devices only)
@@ -154,7 +158,7 @@ def plan(
         owner = endpoints[holder.endpoint]
         return holder.worker_id not in reclaimed and live[holder.endpoint] > minimum(owner)
 
-    p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, live_of, [], [])
+    p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, live_of, [], [], limit)
     waiting: dict[str, tuple[WaitReason, ...]] = {}
     try:
         for ep in serving_order(endpoints.values(), oldest):
@@ -186,6 +190,7 @@ class _Pass:
     planned: list[Fit]
     #: the holders of the CPU slots planned (one each: a holder reserves one slot)
     planned_cpus: list[Holder]
+    limit: Limit | None = None
 
 
 def _yield_elsewhere(
@@ -220,6 +225,8 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
         if staged.draining:  # it retires old workers to make room: none of the old generation replaces them
             want = min(want, live)
     new = 0
+    limit = p.limit
+    refuse = None if limit is None else (lambda candidate: limit(spec, candidate, p.index))
     while live + new < want:
         if holding + new >= spec.workers_max:
             # workers on their way out still hold devices: an endpoint never holds more than gpu_count x max
@@ -257,7 +264,7 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
                 )
             )
             break
-        result = place_endpoint(spec, p.index, p.may_yield)
+        result = place_endpoint(spec, p.index, p.may_yield, refuse)
         if isinstance(result, NoFit):
             waiting.extend(result.reasons)
             break

@@ -4,10 +4,12 @@ collaborators it is built from (store, backend, clock, probe, environments, leas
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from flashpoint.scheduler import readiness
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
+from flashpoint.spec import PRIORITY_CLASSES
 from flashpoint.wire import codec
 
 
@@ -48,3 +50,12 @@ class PlaneSettings:
     route_ready_timeout_s: float = readiness.READY_TIMEOUT_S
     #: ... asked after pauses growing from the first to the second
     route_poll_s: tuple[float, float] = (readiness.FIRST_DELAY_S, readiness.MAX_DELAY_S)
+    #: priority classes by name, the higher number first (``serve --priority-class NAME=N`` adds more)
+    priority_classes: Mapping[str, int] = field(default_factory=lambda: dict(PRIORITY_CLASSES))
+    #: fair-share weights per app (an app not named weighs 1; endpoints of no app share the app "")
+    app_weights: Mapping[str, float] = field(default_factory=dict)
+    #: a preempted worker is told to stop and has this long before it is killed and its jobs requeued
+    preempt_grace_s: float = 30.0
+    #: every endpoint's node choice: "pack", "spread", or "first" (the first node in fleet order, for comparisons);
+    #: None: each endpoint's own ``placement``
+    placement_policy: str | None = None

@@ -112,8 +112,9 @@ _PLAIN = (
     "retries",
     "execution_timeout_ms",
     "ttl_ms",
+    "low_priority",
 )
-_LISTS = ("logs", "chunks")
+_LISTS = ("logs", "chunks", "attempts")
 
 Row = tuple[str, str, str, float, float, str]
 

@@ -91,6 +91,7 @@ def place(
     index: FleetIndex,
     yieldable: Callable[[Holder], bool] = _never,
     allowed: Collection[str] | None = None,
+    refuse: Callable[[Candidate], WaitReason | None] | None = None,
 ) -> Fit | NoFit:
     """Walk the candidates in declared order; the first with ``gpu_count`` usable devices of one model on one node
     wins, on the first such node in fleet order, with its devices in fleet order.
@@ -103,12 +104,18 @@ def place(
 
     With ``allowed`` (the node names an endpoint's filters leave it), the fleet is those nodes only: fits, and
     ``not_in_fleet`` ("no eligible node has ...") and ``busy`` reasons, are about them.
+
+    ``refuse`` says why a candidate may not be used now whatever is free (a quota on its model): its reason is that
+    candidate's, and the walk goes on to the next one, as for a busy candidate.
     """
     reasons: list[WaitReason] = []
     for candidate in candidates:
         missing = _not_in_fleet(candidate, gpu_count, index, allowed)
         if missing is not None:
             reasons.append(missing)
+            continue
+        if refuse is not None and (refused := refuse(candidate)) is not None:
+            reasons.append(refused)
             continue
         free_fit = index.fit_free(candidate, gpu_count, allowed)
         if free_fit is not None:
@@ -251,12 +258,16 @@ def never_candidates(spec: EndpointSpec, index: FleetIndex) -> tuple[WaitReason,
 
 
 def place_endpoint(
-    spec: EndpointSpec, index: FleetIndex, yieldable: Callable[[Holder], bool] = _never
+    spec: EndpointSpec,
+    index: FleetIndex,
+    yieldable: Callable[[Holder], bool] = _never,
+    refuse: Callable[[Candidate], WaitReason | None] | None = None,
 ) -> Fit | CpuFit | NoFit:
     """Place one worker of ``spec``: on the nodes its filters leave it, a GPU worker by ``place`` or a CPU worker by
-    ``place_cpu``. When it does not fit, the filters' reasons (nodes left out, and why) follow the candidates'."""
+    ``place_cpu``. When it does not fit, the filters' reasons (nodes left out, and why) follow the candidates'.
+    ``refuse`` is ``place``'s (GPU candidates only)."""
     if spec.uses_gpu and not spec.datacenters and spec.min_cuda_version is None:
-        return place(spec.candidates, spec.gpu_count, index, yieldable)  # the fast path: no node filter
+        return place(spec.candidates, spec.gpu_count, index, yieldable, None, refuse)  # the fast path: no filter
     rule = node_filter(spec)
     eligible = index.nodes.eligible(rule) if not rule.open else None
     allowed = eligible.nodes if eligible is not None else None
@@ -264,7 +275,7 @@ def place_endpoint(
         return NoFit(eligible.reasons)
     result: Fit | CpuFit | NoFit
     if spec.uses_gpu:
-        result = place(spec.candidates, spec.gpu_count, index, yieldable, allowed)
+        result = place(spec.candidates, spec.gpu_count, index, yieldable, allowed, refuse)
     else:
         result = place_cpu(cpu_requests(spec), index.nodes, yieldable, allowed)
     if isinstance(result, NoFit) and eligible is not None and eligible.reasons:

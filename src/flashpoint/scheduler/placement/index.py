@@ -382,6 +382,12 @@ class FleetIndex:
             {h.endpoint for g in key.groups if g.node in allowed for p in g.slots if (h := held[p]) is not None}
         )
 
+    def held_by_endpoint(self, candidate: Candidate) -> dict[str, int]:
+        """Endpoint -> how many devices matching ``candidate`` its workers hold (``ANY_GPU``: every device), for
+        quotas; endpoints holding none are left out. A copy."""
+        key = self._key(candidate)
+        return {} if key is None else dict(key.endpoints)
+
     def coarse_devices(self) -> tuple[Device, ...]:
         """The unrecognised devices whose model came from a coarse name, in fleet order."""
         return self._coarse
