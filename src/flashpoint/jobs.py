@@ -105,6 +105,9 @@ LOG_CUT = (
 #: in a job request's ``flashpoint`` metadata (``extra``), where the HTTP layer puts the name of the key submitting it;
 #: ``Job`` takes it out into ``submitted_by`` as it is made, so the worker never sees it
 SUBMITTED_BY_KEY = "submitted_by"
+#: the metadata key that sends a job at low priority (``/v2/flash``'s ``policy.lowPriority``, the SDK's
+#: ``low_priority=``); ``Job`` takes it out into ``low_priority`` as it is made
+LOW_PRIORITY_KEY = "low_priority"
 
 #: Runpod's default ``policy.ttl``: 24 hours
 DEFAULT_TTL_MS = 24 * 3600 * 1000
@@ -197,11 +200,13 @@ class Job:
     def __post_init__(self) -> None:
         # the submitter rides in with the request's metadata (``SUBMITTED_BY_KEY``) and is kept here, not in extra
         meta = self.extra.get("flashpoint")
-        if isinstance(meta, dict) and SUBMITTED_BY_KEY in meta:
-            name = meta[SUBMITTED_BY_KEY]
+        if isinstance(meta, dict) and (SUBMITTED_BY_KEY in meta or LOW_PRIORITY_KEY in meta):
+            name = meta.get(SUBMITTED_BY_KEY)
             if self.submitted_by is None and isinstance(name, str):
                 self.submitted_by = name
-            rest = {key: value for key, value in meta.items() if key != SUBMITTED_BY_KEY}
+            if meta.get(LOW_PRIORITY_KEY) is True:
+                self.low_priority = True
+            rest = {key: value for key, value in meta.items() if key not in (SUBMITTED_BY_KEY, LOW_PRIORITY_KEY)}
             self.extra = {key: value for key, value in self.extra.items() if key != "flashpoint"}
             if rest:
                 self.extra["flashpoint"] = rest

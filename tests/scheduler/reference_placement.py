@@ -47,9 +47,12 @@ def reference_place(
     holders: Holders,
     yieldable: Callable[[Holder], bool] = _never,
     allowed: Collection[str] | None = None,
+    policy: str = "first",
 ) -> Fit | NoFit:
     """Walk the candidates in declared order; the first with ``gpu_count`` usable devices of one model on one node
-    wins (free devices first, else through holders that may yield)."""
+    wins (free devices first, else through holders that may yield). Among the winner's groups with enough free
+    devices, ``policy`` picks: the first in fleet order, the fewest free (``pack``) or the most free (``spread``),
+    ties in fleet order."""
     if allowed is not None:
         devices = [d for d in devices if d.node in allowed]
     where = "no node" if allowed is None else "no eligible node"
@@ -68,7 +71,7 @@ def reference_place(
                 )
             )
             continue
-        fit = _fit_free(candidate, groups, gpu_count, holders) or _fit_reclaim(
+        fit = _fit_free(candidate, groups, gpu_count, holders, policy) or _fit_reclaim(
             candidate, groups, gpu_count, holders, yieldable
         )
         if fit is not None:
@@ -110,13 +113,26 @@ def _coarse_hint(candidate: Candidate, devices: Sequence[Device]) -> str:
 
 
 def _fit_free(
-    candidate: Candidate, groups: dict[tuple[str, str], list[Device]], gpu_count: int, holders: Holders
+    candidate: Candidate,
+    groups: dict[tuple[str, str], list[Device]],
+    gpu_count: int,
+    holders: Holders,
+    policy: str = "first",
 ) -> Fit | None:
+    fits = []
     for (node, _), group in groups.items():
         free = [d for d in group if d.key not in holders]
         if len(free) >= gpu_count:
-            return Fit(candidate, node, tuple(free[:gpu_count]))
-    return None
+            fits.append((node, free))
+    if not fits:
+        return None
+    if policy == "pack":
+        node, free = min(fits, key=lambda fit: len(fit[1]))  # min keeps the first of equals: fleet order
+    elif policy == "spread":
+        node, free = max(fits, key=lambda fit: len(fit[1]))  # so does max
+    else:
+        node, free = fits[0]
+    return Fit(candidate, node, tuple(free[:gpu_count]))
 
 
 def _fit_reclaim(

@@ -63,8 +63,9 @@ def test_fallback_order_is_kept_across_nodes() -> None:
     [
         # four H200 in the fleet, but at most two on one node: a worker of four can never start
         ("a=H200:2;b=H200:2", 4, Verdict.NEVER, [], "no node has 4 x NVIDIA H200 (the most on one node is 2)"),
-        # two per worker: one worker per node, never split across them (a's third H200 and nothing on b is not 2)
-        ("a=H200:3;b=H200:2", 2, Verdict.RUNS, [("a", (0, 1)), ("b", (0, 1))], "1 free on one node at most, need 2"),
+        # two per worker: one worker per node, never split across them (a's third H200 and nothing on b is not 2);
+        # packing puts the first on b, the node it fills exactly, keeping a's three together
+        ("a=H200:3;b=H200:2", 2, Verdict.RUNS, [("b", (0, 1)), ("a", (0, 1))], "1 free on one node at most, need 2"),
         # three per worker: only a can ever hold one; b's two free H200 are not enough
         ("a=H200:3;b=H200:2", 3, Verdict.RUNS, [("a", (0, 1, 2))], "2 free on one node at most, need 3; held by ep"),
     ],

@@ -200,6 +200,16 @@ class JobError(Schema):
     traceback: str
 
 
+class Attempt(Schema):
+    """A run of a job that ended without ending it."""
+
+    worker_id: str | None
+    placement: Placement | None
+    started_at: float | None = Field(description="epoch seconds")
+    ended_at: float = Field(description="epoch seconds")
+    outcome: str = Field(description="`preempted` (its worker was taken for a higher class) or `worker_lost`")
+
+
 class JobSummary(Schema):
     """A job as listed: everything but its log lines."""
 
@@ -223,6 +233,13 @@ class JobSummary(Schema):
     submitted_by: str | None = Field(
         description="the name of the key that submitted it: `server` for the server's own keys, `worker:<id>` for a "
         "worker's caller key, none on a server without keys"
+    )
+    low_priority: bool = Field(
+        default=False, description="sent at low priority (`policy.lowPriority`): it runs after its queue's other jobs"
+    )
+    attempts: list[Attempt] = Field(
+        default_factory=list,
+        description="runs that ended without ending the job (preempted, worker lost), oldest first",
     )
 
 

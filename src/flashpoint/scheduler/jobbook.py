@@ -2,7 +2,8 @@
 moves a job makes (queued, taken, retried, ended), and who waits for its end or its chunks.
 
 It knows nothing of workers: the plane decides who runs what, and tells the book. Invariants:
-- a queue holds job ids in order; an id whose job left the queue (cancelled, purged, timed out) stays until it is
+- a queue holds job ids in order, low-priority jobs (``Job.low_priority``) in a second one taken only once the first
+  is empty; an id whose job left the queue (cancelled, purged, timed out) stays until it is
   reached and is then skipped, so ending a queued job is O(1), while ``ep.queued`` and the plane's totals count only
   jobs still queued;
 - a job's end is written, then told to its waiters and listeners only after the commit that holds it
@@ -108,46 +109,53 @@ class JobBook:
     # queues
 
     def push(self, ep: EndpointState, job: Job, *, front: bool) -> None:
+        queue = ep.low_queue if job.low_priority else ep.queue
         if front:
-            ep.queue.appendleft(job.id)
+            queue.appendleft(job.id)
         else:
-            ep.queue.append(job.id)
+            queue.append(job.id)
         self.count(ep, job, +1)
 
     def count(self, ep: EndpointState, job: Job, change: int) -> None:
         """Count a job into (+1) or out of (-1) its endpoint's queue and the plane's totals."""
         ep.queued += change
+        if job.low_priority:
+            ep.queued_low += change
         self.queued_jobs += change
         self.queued_bytes += change * job.size
 
     def pop(self, ep: EndpointState, limit: int) -> list[Job]:
-        """Up to ``limit`` jobs from the front of the queue (counted out of it; still IN_QUEUE until taken)."""
+        """Up to ``limit`` jobs from the front of the queue, then of the low-priority one (counted out of it; still
+        IN_QUEUE until taken)."""
         jobs: list[Job] = []
-        while ep.queue and len(jobs) < limit:
-            job = self.store.get(ep.queue.popleft())
-            if job is None or job.status is not JobStatus.IN_QUEUE:
-                continue  # left the queue earlier: skipped now
-            self.count(ep, job, -1)
-            jobs.append(job)
+        for queue in (ep.queue, ep.low_queue):
+            while queue and len(jobs) < limit:
+                job = self.store.get(queue.popleft())
+                if job is None or job.status is not JobStatus.IN_QUEUE:
+                    continue  # left the queue earlier: skipped now
+                self.count(ep, job, -1)
+                jobs.append(job)
         return jobs
 
     def queued(self, ep: EndpointState) -> list[Job]:
-        """The endpoint's jobs still queued, in queue order."""
-        found = (self.store.get(job_id) for job_id in ep.queue)
+        """The endpoint's jobs still queued, in the order they will be taken."""
+        found = (self.store.get(job_id) for job_id in (*ep.queue, *ep.low_queue))
         return [job for job in found if job is not None and job.status is JobStatus.IN_QUEUE]
 
-    def oldest(self, ep: EndpointState) -> float | None:
-        """Wall time at which the oldest job still queued for ``ep`` was queued."""
-        for job_id in ep.queue:
-            job = self.store.get(job_id)
-            if job is not None and job.status is JobStatus.IN_QUEUE:
-                return job.created_at
+    def oldest(self, ep: EndpointState, *, low: bool = True) -> float | None:
+        """Wall time at which the oldest job still queued for ``ep`` was queued (the first to be taken: a normal
+        job's while there is one); ``low=False``: normal jobs only."""
+        for queue in (ep.queue, ep.low_queue) if low else (ep.queue,):
+            for job_id in queue:
+                job = self.store.get(job_id)
+                if job is not None and job.status is JobStatus.IN_QUEUE:
+                    return job.created_at
         return None
 
     def position(self, ep: EndpointState, job: Job) -> int:
-        """1-based place of a queued job among its endpoint's queued jobs."""
+        """1-based place of a queued job among its endpoint's queued jobs, in the order they will be taken."""
         position = 0
-        for job_id in ep.queue:
+        for job_id in (*ep.queue, *ep.low_queue):
             other = self.store.get(job_id)
             if other is not None and other.status is JobStatus.IN_QUEUE:
                 position += 1

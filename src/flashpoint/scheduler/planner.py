@@ -2,28 +2,35 @@
 devices up, which idle workers stop, and why an endpoint still waits. Pure: it reads the plane's records and the
 fleet index, writes neither (the index comes back as it came), and does no I/O; ``ControlPlane`` applies the plan.
 
-The rules (DESIGN §3): endpoints are served oldest waiter first; a worker takes the first candidate, in declared
-order, with ``gpu_count`` devices of one model on one node (a CPU worker: the first instance type whose vCPUs and
-memory are free on one node), on the nodes the endpoint's filters leave it; an idle worker above its endpoint's
-minimum yields its devices (or CPUs) to an endpoint waiting for them; workers still stopping count against
-``workers_max``. A single-use endpoint (``spec.single_use``, Runpod's ``@app.task``) wants a worker per job, waiting or
-running, and keeps none warm: its minimum and idle timeout are 0 whatever it declares (decision 0111).
+The rules (DESIGN §3, §11): endpoints take turns, one worker a turn, in the order ``turn_key`` gives: the higher
+priority class first (an endpoint whose queued jobs are all low-priority waits as the lowest class), then the app
+furthest below its weighted share of the fleet (devices held over its weight), then the oldest waiter; a worker takes
+the first candidate, in declared order, with ``gpu_count`` devices of one model on one node (a CPU worker: the first
+instance type whose vCPUs and memory are free on one node), on the nodes the endpoint's filters leave it, the node
+chosen by the placement policy (``pack``, ``spread``; ``placement/fit.py``); an idle worker above its endpoint's
+minimum yields its devices (or CPUs) to an endpoint waiting for them, a lower class's first; when nothing fits, the
+live workers of lower-class ``preemptible`` queue endpoints may be preempted (a last resort: ``Preempt``), and the
+devices they free are counted for the endpoint they were preempted for while they stop; workers still stopping count
+against ``workers_max``. A single-use endpoint (``spec.single_use``, Runpod's ``@app.task``) wants a worker per job,
+waiting or running, and keeps none warm: its minimum and idle timeout are 0 whatever it declares (decision 0111).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flashpoint.explain import Code, OtherProcess, WaitReason
 from flashpoint.fleet.inventory import Holder
-from flashpoint.gpus import Candidate, describe
+from flashpoint.gpus import ANY_GPU, Candidate, describe
 from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
 from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit, Yielders, place_endpoint
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
-from flashpoint.spec import EndpointSpec, ServerlessScalerType
+from flashpoint.spec import PRIORITY_CLASSES, EndpointSpec, ServerlessScalerType
 
 #: the holder of devices a plan gives a worker it has not started yet (never seen outside ``plan``)
 _PLANNED = "(planned)"
@@ -50,11 +57,67 @@ class Reclaim:
 
 
 @dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop live worker ``worker_id`` of preemptible ``endpoint`` (a lower class) for ``for_endpoint``: told to stop,
+    killed after the plane's grace period; its jobs go back to their queue (``preempted``)."""
+
+    worker_id: str
+    endpoint: str
+    for_endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     starts: tuple[Start, ...]
     reclaims: tuple[Reclaim, ...]
     #: per endpoint, why it does not get every worker it wants (empty: nothing keeps it waiting)
     waiting: Mapping[str, tuple[WaitReason, ...]]
+    preempts: tuple[Preempt, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """What the sharing rules read (DESIGN §11): each priority class's rank (higher first), each app's fair-share
+    weight (1 when not named; endpoints of no app share the app ""), and the plane's node-choice override."""
+
+    ranks: Mapping[str, int] = field(default_factory=lambda: dict(PRIORITY_CLASSES))
+    weights: Mapping[str, float] = field(default_factory=dict)
+    placement: str | None = None
+
+    def rank(self, spec: EndpointSpec) -> int:
+        return self.ranks.get(spec.priority, self.ranks.get("normal", 0))
+
+    @property
+    def lowest(self) -> int:
+        return min(self.ranks.values(), default=0)
+
+    def weight(self, app: str) -> float:
+        return self.weights.get(app, 1.0)
+
+
+DEFAULT_SHARING = Sharing()
+
+
+def waiting_rank(ep: EndpointState, sharing: Sharing) -> int:
+    """The class an endpoint's waiting demand has: its own, or the lowest when every job it has queued was sent at
+    low priority."""
+    rank = sharing.rank(ep.spec)
+    if ep.queued and ep.queued_low >= ep.queued:
+        return min(rank, sharing.lowest)
+    return rank
+
+
+def turn_key(
+    ep: EndpointState, sharing: Sharing, held: Mapping[str, int], oldest: Mapping[str, float]
+) -> tuple[int, float, float, float]:
+    """The order endpoints take turns in (smallest first): those with something queued by class (higher first), then
+    devices their app holds over its weight (fewest first: the app furthest below its share), then their oldest queued
+    job; the rest (wanting only their minimum) after, by registration."""
+    queued_at = oldest.get(ep.spec.key)
+    if not ep.queued or queued_at is None:
+        return (1, 0.0, 0.0, ep.registered_at)
+    app = ep.spec.app or ""
+    return (0, -waiting_rank(ep, sharing), held.get(app, 0) / sharing.weight(app), queued_at)
 
 
 def single_use(spec: EndpointSpec) -> bool:
@@ -108,14 +171,25 @@ def yieldable(worker: Worker, ep: EndpointState, live: int) -> bool:
     )
 
 
-def serving_order(endpoints: Iterable[EndpointState], oldest: Mapping[str, float]) -> list[EndpointState]:
-    """Oldest waiter first (by its oldest queued job); endpoints with nothing queued last, by registration."""
+def serving_order(
+    endpoints: Iterable[EndpointState],
+    oldest: Mapping[str, float],
+    sharing: Sharing = DEFAULT_SHARING,
+    held: Mapping[str, int] | None = None,
+) -> list[EndpointState]:
+    """The endpoints in the order of their first turn (``turn_key``); ``held``: devices held per app."""
+    return sorted(endpoints, key=lambda ep: turn_key(ep, sharing, held or {}, oldest))
 
-    def key(ep: EndpointState) -> tuple[int, float]:
-        queued_at = oldest.get(ep.spec.key)
-        return (0, queued_at) if ep.queued and queued_at is not None else (1, ep.registered_at)
 
-    return sorted(endpoints, key=key)
+def app_holdings(endpoints: Mapping[str, EndpointState], index: FleetIndex) -> dict[str, int]:
+    """Devices held per app (``""``: endpoints of no app), stopping workers' included: what fair share compares."""
+    held: dict[str, int] = {}
+    for key, count in index.held_by_endpoint(ANY_GPU).items():
+        ep = endpoints.get(key)
+        if ep is not None:
+            app = ep.spec.app or ""
+            held[app] = held.get(app, 0) + count
+    return held
 
 
 def plan(
@@ -127,14 +201,17 @@ def plan(
     oldest: Mapping[str, float],
     wanted: Mapping[tuple[str, int], OtherProcess] | None = None,
     limit: Limit | None = None,
+    sharing: Sharing = DEFAULT_SHARING,
 ) -> Plan:
-    """The starts and reclaims that give endpoints the workers they want, and the reasons for what they lack.
+    """The starts, reclaims and preemptions that give endpoints the workers they want, and the reasons for what they
+    lack.
 
     ``now`` is monotonic (start back-off), ``wall`` is epoch time and ``oldest[name]`` the wall time the endpoint's
     oldest queued job was queued (the scaler's clock and the serving order). ``wanted`` are devices (by key) another
     flashpoint process waits for (``scheduler/wants.py``): an idle worker above its minimum on one of them yields it,
     once this plane's own endpoints have been served. ``limit`` (the plane's quotas, ``scheduler/quotas.py``) says
     why a candidate of an endpoint may not take devices now, reading the index (the plan's own starts are held there).
+    ``sharing``: priority classes, fair-share weights and the placement override.
     """
     # one pass over the workers: each endpoint's live ones, and those that could yield now (named once per plan,
     # so placement looks at their devices only)
@@ -159,10 +236,35 @@ def plan(
         return holder.worker_id not in reclaimed and live[holder.endpoint] > minimum(owner)
 
     p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, live_of, [], [], limit)
-    waiting: dict[str, tuple[WaitReason, ...]] = {}
+    p.sharing = sharing
+    p.idle = idle
+    p.idle_ranks = {h: sharing.rank(endpoints[h.endpoint].spec) for h in idle}
+    p.still_yields = still_yields
+    # the live workers a higher class may preempt (queue endpoints marked preemptible), and the workers already
+    # stopping because they were preempted, per endpoint they make room for
+    for name, ep in endpoints.items():
+        spec = ep.spec
+        if spec.preemptible and not spec.serves_routes:
+            rank = sharing.rank(spec)
+            p.preemptible.extend((rank, Holder(w.id, name)) for w in live_of[name])
+        for w in ep.workers.values():
+            if w.preempted_for is not None and w.state is stopping:
+                p.pending[w.preempted_for] = p.pending.get(w.preempted_for, 0) + 1
+    held = app_holdings(endpoints, index) if len({ep.spec.app for ep in endpoints.values()}) > 1 else {}
+    turns = [_Turn(ep, p) for ep in endpoints.values()]
+    heap = [(turn_key(t.ep, sharing, held, oldest), n, t) for n, t in enumerate(turns)]
+    heapq.heapify(heap)
     try:
-        for ep in serving_order(endpoints.values(), oldest):
-            waiting[ep.spec.key] = _plan_endpoint(ep, p)
+        while heap:
+            _, n, turn = heapq.heappop(heap)
+            started = turn.step()
+            if started is None:
+                continue  # it has all it can get in this plan
+            if started and held:
+                app = turn.ep.spec.app or ""
+                held[app] = held.get(app, 0) + turn.ep.spec.gpu_count
+            heapq.heappush(heap, (turn_key(turn.ep, sharing, held, oldest), n, turn))
+        waiting = {t.ep.spec.key: t.reasons() for t in turns}
         if wanted:
             _yield_elsewhere(endpoints, wanted, p)
     finally:
@@ -170,7 +272,7 @@ def plan(
             index.release(fit.devices)
         for holder in p.planned_cpus:
             index.nodes.release(holder)
-    return Plan(tuple(p.starts), tuple(p.reclaims), waiting)
+    return Plan(tuple(p.starts), tuple(p.reclaims), waiting, tuple(p.preempts))
 
 
 @dataclass(slots=True)
@@ -181,7 +283,7 @@ class _Pass:
     now: float
     wall: float
     oldest: Mapping[str, float]
-    may_yield: Callable[[Holder], bool]
+    may_yield: Yielders
     starts: list[Start]
     reclaims: list[Reclaim]
     reclaimed: set[str]
@@ -191,6 +293,17 @@ class _Pass:
     #: the holders of the CPU slots planned (one each: a holder reserves one slot)
     planned_cpus: list[Holder]
     limit: Limit | None = None
+    sharing: Sharing = DEFAULT_SHARING
+    #: the idle workers that could yield at the start of the pass, their endpoints' class ranks, and whether one
+    #: still may
+    idle: list[Holder] = field(default_factory=list)
+    idle_ranks: dict[Holder, int] = field(default_factory=dict)
+    still_yields: Callable[[Holder], bool] = lambda holder: False
+    #: (class rank, holder) of every live worker of a preemptible queue endpoint
+    preemptible: list[tuple[int, Holder]] = field(default_factory=list)
+    #: per endpoint, workers stopping because they were preempted for it
+    pending: dict[str, int] = field(default_factory=dict)
+    preempts: list[Preempt] = field(default_factory=list)
 
 
 def _yield_elsewhere(
@@ -212,39 +325,74 @@ def _yield_elsewhere(
             p.reclaims.append(Reclaim(worker.id, name, who))
 
 
-def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
-    spec = ep.spec
-    name, asks = spec.key, spec.describe_gpu()
-    waiting: list[WaitReason] = []
-    want = desired(ep, p.live_of[name], p.wall, p.oldest.get(name))
-    live = p.live[name]
-    holding = len(ep.workers)  # stopping workers still hold devices
-    staged = ep.staged
-    if staged is not None:  # a rollout's standby workers are the next generation's, bounded by its own maximum
-        holding -= sum(1 for w in ep.workers.values() if w.standby)
-        if staged.draining:  # it retires old workers to make room: none of the old generation replaces them
-            want = min(want, live)
-    new = 0
-    limit = p.limit
-    refuse = None if limit is None else (lambda candidate: limit(spec, candidate, p.index))
-    while live + new < want:
-        if holding + new >= spec.workers_max:
+class _Turn:
+    """One endpoint's part of a plan: a worker a turn (``step``) until it has what it wants or something stops it,
+    then the reasons it still waits (``reasons``)."""
+
+    __slots__ = (
+        "asks",
+        "covered",
+        "done",
+        "ep",
+        "holding",
+        "limit_refuse",
+        "live",
+        "new",
+        "p",
+        "rank",
+        "want",
+        "waiting",
+    )
+
+    def __init__(self, ep: EndpointState, p: _Pass) -> None:
+        spec = ep.spec
+        name = spec.key
+        self.ep, self.p = ep, p
+        self.asks = spec.describe_gpu()
+        self.waiting: list[WaitReason] = []
+        self.want = desired(ep, p.live_of[name], p.wall, p.oldest.get(name))
+        self.live = p.live[name]
+        self.holding = len(ep.workers)  # stopping workers still hold devices
+        staged = ep.staged
+        if staged is not None:  # a rollout's standby workers are the next generation's, bounded by its own maximum
+            self.holding -= sum(1 for w in ep.workers.values() if w.standby)
+            if staged.draining:  # it retires old workers to make room: none of the old generation replaces them
+                self.want = min(self.want, self.live)
+        self.new = 0
+        #: workers it waits for that are being preempted for it (they count as coming)
+        self.covered = 0
+        self.done = False
+        self.rank = waiting_rank(ep, p.sharing)
+        limit = p.limit
+        self.limit_refuse = None if limit is None else (lambda candidate: limit(spec, candidate, p.index))
+
+    def step(self) -> bool | None:
+        """Plan one worker more: True when one starts, False when room is being made for it (a reclaim, a
+        preemption), None when this endpoint is done for this plan."""
+        if self.done:
+            return None
+        ep, p, spec = self.ep, self.p, self.ep.spec
+        name, asks = spec.key, self.asks
+        if self.live + self.new + self.covered >= self.want:
+            self.done = True
+            return None
+        if self.holding + self.new >= spec.workers_max:
             # workers on their way out still hold devices: an endpoint never holds more than gpu_count x max
-            waiting.append(
+            self._stop(
                 WaitReason(
                     asks,
                     Code.MAX_WORKERS,
-                    f"{holding - live} worker(s) of this endpoint are stopping; "
+                    f"{self.holding - self.live} worker(s) of this endpoint are stopping; "
                     f"at most {spec.workers_max} may hold devices at once",
                 )
             )
-            break
+            return None
         environment = ep.environment
         if environment is not None and environment.state in (BUILDING, FAILED):
             if environment.state == BUILDING:
-                waiting.append(WaitReason(asks, Code.BUILDING_ENVIRONMENT, environment.waiting_detail(p.now)))
+                self._stop(WaitReason(asks, Code.BUILDING_ENVIRONMENT, environment.waiting_detail(p.now)))
             else:
-                waiting.append(
+                self._stop(
                     WaitReason(
                         asks,
                         Code.ENVIRONMENT_FAILED,
@@ -252,9 +400,9 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
                         "or forget the failure with `flashpoint venv prune --failed`",
                     )
                 )
-            break
+            return None
         if ep.next_start_at > p.now:
-            waiting.append(
+            self._stop(
                 WaitReason(
                     asks,
                     Code.START_BACKOFF,
@@ -263,18 +411,39 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
                     f"last error: {ep.last_start_error or '?'}",
                 )
             )
-            break
-        result = place_endpoint(spec, p.index, p.may_yield, refuse)
+            return None
+        placement = p.sharing.placement
+        result = place_endpoint(spec, p.index, p.may_yield, self.limit_refuse, placement)
+        if isinstance(result, Fit) and result.reclaim:
+            result = self._lower_first(result)
         if isinstance(result, NoFit):
-            waiting.extend(result.reasons)
-            break
+            pending = p.pending.get(name, 0)
+            if pending:  # a worker preempted for it is stopping: its devices come to this endpoint
+                p.pending[name] = pending - 1
+                self.covered += 1
+                self.waiting.append(
+                    WaitReason(
+                        asks,
+                        Code.PREEMPTED,
+                        "a worker of a lower priority class was preempted for this endpoint and is stopping; "
+                        "its devices come here",
+                    )
+                )
+                return False
+            preempted = self._preempt()
+            if preempted is not None:
+                self.covered += 1
+                self.waiting.append(preempted)
+                return False
+            self._stop(*result.reasons)
+            return None
         if result.reclaim:
             for holder in result.reclaim:
                 p.reclaimed.add(holder.worker_id)
                 p.live[holder.endpoint] -= 1
                 p.reclaims.append(Reclaim(holder.worker_id, holder.endpoint, name))
             cpu = isinstance(result, CpuFit)
-            waiting.append(
+            self._stop(
                 WaitReason(
                     result.request.name if isinstance(result, CpuFit) else describe(result.candidate),
                     Code.CPU_BUSY if cpu else Code.BUSY,
@@ -282,7 +451,7 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
                     tuple(sorted({h.endpoint for h in result.reclaim})),
                 )
             )
-            break
+            return None
         if isinstance(result, CpuFit):
             holder = Holder(f"{_PLANNED} {len(p.planned_cpus)}", name)
             p.index.nodes.reserve(result.slot, holder)
@@ -291,34 +460,94 @@ def _plan_endpoint(ep: EndpointState, p: _Pass) -> tuple[WaitReason, ...]:
             p.index.hold(result.devices, Holder(_PLANNED, name))
             p.planned.append(result)
         p.starts.append(Start(name, result))
-        new += 1
-    if waiting or not ep.queued:
-        return tuple(waiting)
-    running = [w for w in p.live_of[name] if w.id not in p.reclaimed]
-    starting = new > 0 or any(w.state is WorkerState.STARTING for w in running)
-    busy = all(w.jobs or w.in_flight or w.state is WorkerState.STARTING for w in running) and any(
-        w.jobs or w.in_flight for w in running
-    )
-    if live + new >= spec.workers_max and busy:
-        return (
-            WaitReason(
-                asks,
-                Code.MAX_WORKERS,
-                f"all {spec.workers_max} worker(s) allowed are busy; raise workers= to run more at once",
-            ),
+        self.new += 1
+        return True
+
+    def _stop(self, *reasons: WaitReason) -> None:
+        self.waiting.extend(reasons)
+        self.done = True
+
+    def _lower_first(self, fit: Fit) -> Fit | CpuFit | NoFit:
+        """A fit that stops idle workers: on the same candidate, stop those of lower classes instead when they
+        suffice (declared order first, then who yields)."""
+        p, spec = self.p, self.ep.spec
+        ranks = p.idle_ranks
+        lower = [h for h in p.idle if ranks[h] < self.rank]
+        if not lower or all(ranks.get(h, self.rank) < self.rank for h in fit.reclaim):
+            return fit
+        only = dataclasses.replace(spec, candidates=(fit.candidate,))
+        narrowed = place_endpoint(
+            only, p.index, Yielders(lower, p.still_yields), self.limit_refuse, p.sharing.placement
         )
-    if starting:
-        return (WaitReason(asks, Code.WORKER_STARTING, "a worker is starting"),)
-    if running and all(w.jobs or w.in_flight for w in running):
-        unit = "s of queueing" if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY else " jobs per worker"
-        return (
-            WaitReason(
-                asks,
-                Code.SCALER,
-                f"workers are busy; {spec.scaler_type.value} adds one after {spec.scaler_value}{unit}",
-            ),
+        return narrowed if isinstance(narrowed, Fit) else fit
+
+    def _preempt(self) -> WaitReason | None:
+        """The last resort of a waiting queue: live workers of lower-class preemptible endpoints (with idle ones that
+        may yield) whose devices make a fit, in declared order. They are preempted (the idle ones reclaimed), and the
+        reason says so; None when no such fit exists."""
+        p, spec, name = self.p, self.ep.spec, self.ep.spec.key
+        victims = [h for rank, h in p.preemptible if rank < self.rank and h.worker_id not in p.reclaimed]
+        if not victims or not spec.uses_gpu:
+            return None
+        chosen = set(victims)
+
+        def may_go(holder: Holder) -> bool:
+            if holder in chosen:
+                return holder.worker_id not in p.reclaimed
+            return p.still_yields(holder)
+
+        yielders = Yielders([*p.idle, *victims], may_go)
+        result = place_endpoint(spec, p.index, yielders, self.limit_refuse, p.sharing.placement)
+        if not isinstance(result, Fit) or not result.reclaim:
+            return None
+        taken = []
+        for holder in result.reclaim:
+            p.reclaimed.add(holder.worker_id)
+            p.live[holder.endpoint] -= 1
+            if holder in chosen:
+                p.preempts.append(Preempt(holder.worker_id, holder.endpoint, name))
+                taken.append(holder.endpoint)
+            else:
+                p.reclaims.append(Reclaim(holder.worker_id, holder.endpoint, name))
+        return WaitReason(
+            describe(result.candidate),
+            Code.PREEMPTED,
+            f"workers of lower-priority preemptible endpoints ({', '.join(sorted(set(taken)))}) are being stopped "
+            "for this one; their jobs go back to their queue",
+            tuple(sorted(set(taken))),
         )
-    return ()
+
+    def reasons(self) -> tuple[WaitReason, ...]:
+        """Why the endpoint does not get every worker it wants (empty: nothing keeps it waiting)."""
+        ep, p, spec = self.ep, self.p, self.ep.spec
+        name, asks = spec.key, self.asks
+        if self.waiting or not ep.queued:
+            return tuple(self.waiting)
+        running = [w for w in p.live_of[name] if w.id not in p.reclaimed]
+        starting = self.new > 0 or any(w.state is WorkerState.STARTING for w in running)
+        busy = all(w.jobs or w.in_flight or w.state is WorkerState.STARTING for w in running) and any(
+            w.jobs or w.in_flight for w in running
+        )
+        if self.live + self.new >= spec.workers_max and busy:
+            return (
+                WaitReason(
+                    asks,
+                    Code.MAX_WORKERS,
+                    f"all {spec.workers_max} worker(s) allowed are busy; raise workers= to run more at once",
+                ),
+            )
+        if starting:
+            return (WaitReason(asks, Code.WORKER_STARTING, "a worker is starting"),)
+        if running and all(w.jobs or w.in_flight for w in running):
+            unit = "s of queueing" if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY else " jobs per worker"
+            return (
+                WaitReason(
+                    asks,
+                    Code.SCALER,
+                    f"workers are busy; {spec.scaler_type.value} adds one after {spec.scaler_value}{unit}",
+                ),
+            )
+        return ()
 
 
 def idle_stops(ep: EndpointState, now: float) -> list[Worker]:

@@ -78,6 +78,8 @@ class Worker:
     #: a single-use endpoint's worker that has taken its one job: it takes no other, and stops when that job ends
     #: (still live meanwhile: its job counts as running for the scaler)
     spent: bool = False
+    #: preempted for this endpoint (a higher class): stopping, and its jobs go back to their queue as ``preempted``
+    preempted_for: str | None = None
 
     @property
     def live(self) -> bool:
@@ -173,10 +175,14 @@ class EndpointState:
     registered_at: float
     #: job ids in queue order; a cancelled id stays until it is reached (then skipped), so cancel is O(1)
     queue: deque[str] = field(default_factory=deque)
+    #: the ids of jobs sent at low priority (``Job.low_priority``), in the same way: taken once ``queue`` is empty
+    low_queue: deque[str] = field(default_factory=deque)
     #: the demand no worker has taken yet: how many ids in ``queue`` are still IN_QUEUE (a queue endpoint), or how
     #: many requests are held for a worker (a route endpoint: it has no jobs), so scaling, idle stops and
     #: explanations read both alike
     queued: int = 0
+    #: how many of ``queued`` are low-priority jobs (in ``low_queue``)
+    queued_low: int = 0
     #: a route endpoint's requests waiting for a ready worker, oldest first; a request that gave up stays until it
     #: reaches the front (its future is done), as cancelled jobs do in ``queue``
     held: deque[Held] = field(default_factory=deque)

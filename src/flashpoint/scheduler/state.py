@@ -17,6 +17,7 @@ from flashpoint.scheduler import names
 from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState, Worker
+from flashpoint.scheduler.usage import UsageMeter
 
 
 @dataclass(eq=False)
@@ -39,6 +40,11 @@ class PlaneState:
     closing: bool = False
     #: the plane drains before it closes (``draining.py``): no new work, nothing started, running work finishes
     draining: bool = False
+    #: every worker's device time (``usage.py``): the rooms tell it of each worker's changes
+    usage: UsageMeter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.usage = UsageMeter(self.clock, self.book)
 
     def endpoint(self, name: str) -> EndpointState:
         """The endpoint ``name`` means: its id (key), or a bare name one endpoint alone has (``names.resolve``).
@@ -63,3 +69,4 @@ class PlaneState:
             self.book.count(ep, job, -1)
             self.finish(job, JobStatus.FAILED, reason, error)
         ep.queue.clear()
+        ep.low_queue.clear()

@@ -225,6 +225,18 @@ def check(
     # the same holders as a Yielders (only their devices are visited), and as a wider set with the predicate
     assert place(cands, gpu_count, index, Yielders(may_yield)) == expected
     assert place(cands, gpu_count, index, Yielders(WORKERS, yieldable)) == expected
+    for policy in ("pack", "spread"):
+        # the node choice: best fit or most free, against the scanning reference; the candidate stays the one the
+        # declared order gives whatever the policy
+        chosen = place(cands, gpu_count, index, yieldable, policy=policy)
+        assert chosen == reference_place(cands, gpu_count, world.devices, world.holders, yieldable, policy=policy)
+        assert isinstance(chosen, NoFit) == isinstance(expected, NoFit)
+        if isinstance(chosen, Fit) and isinstance(expected, Fit):
+            assert chosen.candidate == expected.candidate
+        if allowed is not None:
+            assert place(cands, gpu_count, index, yieldable, allowed, policy=policy) == reference_place(
+                cands, gpu_count, world.devices, world.holders, yieldable, allowed, policy
+            )
     if allowed is not None:
         # an endpoint with node filters: the index's filtered path is the reference on those nodes' devices
         filtered = reference_place(cands, gpu_count, world.devices, world.holders, allowed=allowed)

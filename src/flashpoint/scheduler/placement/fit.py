@@ -92,9 +92,12 @@ def place(
     yieldable: Callable[[Holder], bool] = _never,
     allowed: Collection[str] | None = None,
     refuse: Callable[[Candidate], WaitReason | None] | None = None,
+    policy: str = "first",
 ) -> Fit | NoFit:
     """Walk the candidates in declared order; the first with ``gpu_count`` usable devices of one model on one node
-    wins, on the first such node in fleet order, with its devices in fleet order.
+    wins, with its devices in fleet order. Which node, by ``policy`` (``FleetIndex.fit_free``): ``first`` in fleet
+    order, ``pack`` (best fit: fewest free left) or ``spread`` (most free); candidates are walked in declared order
+    whatever the policy, so it chooses only among the nodes of the candidate that wins.
 
     Free devices are preferred; devices whose holder ``yieldable`` accepts (an idle worker above its endpoint's
     minimum) are usable too, in which case the fit names the holders to stop. Declared order beats yielding: an
@@ -117,7 +120,7 @@ def place(
         if refuse is not None and (refused := refuse(candidate)) is not None:
             reasons.append(refused)
             continue
-        free_fit = index.fit_free(candidate, gpu_count, allowed)
+        free_fit = index.fit_free(candidate, gpu_count, allowed, policy)
         if free_fit is not None:
             return Fit(candidate, *free_fit)
         if yieldable is not _never:
@@ -262,12 +265,15 @@ def place_endpoint(
     index: FleetIndex,
     yieldable: Callable[[Holder], bool] = _never,
     refuse: Callable[[Candidate], WaitReason | None] | None = None,
+    policy: str | None = None,
 ) -> Fit | CpuFit | NoFit:
     """Place one worker of ``spec``: on the nodes its filters leave it, a GPU worker by ``place`` or a CPU worker by
     ``place_cpu``. When it does not fit, the filters' reasons (nodes left out, and why) follow the candidates'.
-    ``refuse`` is ``place``'s (GPU candidates only)."""
+    ``refuse`` is ``place``'s (GPU candidates only); ``policy`` (a plane's override) else ``spec.placement`` chooses
+    the node of a GPU worker."""
+    how = policy or spec.placement
     if spec.uses_gpu and not spec.datacenters and spec.min_cuda_version is None:
-        return place(spec.candidates, spec.gpu_count, index, yieldable, None, refuse)  # the fast path: no filter
+        return place(spec.candidates, spec.gpu_count, index, yieldable, None, refuse, how)  # the fast path: no filter
     rule = node_filter(spec)
     eligible = index.nodes.eligible(rule) if not rule.open else None
     allowed = eligible.nodes if eligible is not None else None
@@ -275,7 +281,7 @@ def place_endpoint(
         return NoFit(eligible.reasons)
     result: Fit | CpuFit | NoFit
     if spec.uses_gpu:
-        result = place(spec.candidates, spec.gpu_count, index, yieldable, allowed, refuse)
+        result = place(spec.candidates, spec.gpu_count, index, yieldable, allowed, refuse, how)
     else:
         result = place_cpu(cpu_requests(spec), index.nodes, yieldable, allowed)
     if isinstance(result, NoFit) and eligible is not None and eligible.reasons:

@@ -393,29 +393,44 @@ class FleetIndex:
         return self._coarse
 
     def fit_free(
-        self, candidate: Candidate, gpu_count: int, allowed: Collection[str] | None = None
+        self, candidate: Candidate, gpu_count: int, allowed: Collection[str] | None = None, policy: str = "first"
     ) -> tuple[str, tuple[Device, ...]] | None:
-        """The first group in fleet order (on a node in ``allowed``) with ``gpu_count`` free devices matching
-        ``candidate``: its node and its first ``gpu_count`` free devices in fleet order."""
+        """A group (on a node in ``allowed``) with ``gpu_count`` free devices matching ``candidate``: its node and its
+        first ``gpu_count`` free devices in fleet order.
+
+        Which group, by ``policy``: ``first``, the first in fleet order; ``pack`` (best fit), the one with the fewest
+        free devices, so whole nodes stay free for large requests; ``spread``, the one with the most. Ties go to the
+        first in fleet order. Without ``allowed`` each is a look at the bucket heads (O(largest group)).
+        """
         key = self._key(candidate)
         if key is None:
             return None
         if allowed is not None:
-            found = next((g for g in key.groups if g.free >= gpu_count and g.node in allowed), None)
-            if found is None:
+            fits = [g for g in key.groups if g.free >= gpu_count and g.node in allowed]
+            if not fits:
                 return None
             if gpu_count < 1:
-                return found.node, ()
-            group = found
+                return fits[0].node, ()
+            if policy == "pack":
+                group = min(fits, key=lambda g: (g.free, g.number))
+            elif policy == "spread":
+                group = min(fits, key=lambda g: (-g.free, g.number))
+            else:
+                group = fits[0]
         else:
             if gpu_count < 1:
                 return key.groups[0].node, ()
             buckets = key.buckets
             first = -1
-            for count in range(gpu_count, len(buckets)):
-                bucket = buckets[count]
-                if bucket and (first < 0 or bucket[0] < first):
-                    first = bucket[0]
+            if policy == "pack":
+                first = next((bucket[0] for bucket in buckets[gpu_count:] if bucket), -1)
+            elif policy == "spread":
+                first = next((bucket[0] for bucket in reversed(buckets[gpu_count:]) if bucket), -1)
+            else:
+                for count in range(gpu_count, len(buckets)):
+                    bucket = buckets[count]
+                    if bucket and (first < 0 or bucket[0] < first):
+                        first = bucket[0]
             if first < 0:
                 return None
             group = key.groups[first]
