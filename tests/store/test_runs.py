@@ -84,7 +84,7 @@ def test_a_schema_3_file_gets_the_history_table(tmp_path: Path) -> None:
     store.add_run(run("a", 0))
     store.close()
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("pragma user_version").fetchone()[0] == 4
+        assert conn.execute("pragma user_version").fetchone()[0] >= 4  # and the later tables
         assert conn.execute("select endpoint, job_id, outcome from schedule_runs").fetchall() == [
             ("a", "job-0", "submitted")
         ]

@@ -95,12 +95,12 @@ def test_opens_in_wal_mode_with_normal_sync_and_busy_timeout(open_db: Callable[.
     assert conn.execute("pragma busy_timeout").fetchone()[0] == 2500
 
 
-def test_creates_parent_directories_and_schema_version_4(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
+def test_creates_parent_directories_and_schema_version_5(open_db: Callable[..., SQLiteJobStore], db: Path) -> None:
     assert not db.parent.exists()
     open_db()
     assert db.is_file()
-    assert SCHEMA_VERSION == 4
-    assert raw(db, "pragma user_version") == 4
+    assert SCHEMA_VERSION == 5
+    assert raw(db, "pragma user_version") == 5
     columns = raw(db, "select group_concat(name) from pragma_table_info('jobs')")
     assert columns == "seq,id,endpoint,status,created_at,expires_at,data,input,submitted_by"
     indexes = raw(db, "select group_concat(name) from pragma_index_list('jobs')")
@@ -117,7 +117,7 @@ def test_a_file_from_a_newer_version_is_refused(open_db: Callable[..., SQLiteJob
     open_db().close()
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.execute("pragma user_version = 99")
-    with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(4\)"):
+    with pytest.raises(StoreError, match=r"schema version 99, newer than this flashpoint knows \(5\)"):
         open_db()
 
 

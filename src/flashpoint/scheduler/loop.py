@@ -107,6 +107,8 @@ class ControlPlane:
         #: what the collaborators share; its containers are also the plane's own attributes, for its callers
         self.state = state = PlaneState(clock, FleetIndex(backend.devices(), backend.nodes()), book)
         self.index, self.book = state.index, state.book
+        #: every worker's device time, busy and idle, attributed (``scheduler/usage.py``, decision 0112)
+        self.usage = state.usage
         self.endpoints, self.routed, self.workers = state.endpoints, state.routed, state.workers
         self.leasing = DeviceLeasing(
             state, leases, url=settings.base_url, server=settings.requeue_on_close, kick=self.kick
@@ -240,6 +242,7 @@ class ControlPlane:
         await asyncio.sleep(0)  # let the stop long-polls answer before the signals go out
         await self.supervisor.close()
         self.leasing.close()
+        self.usage.flush()  # workers' time up to now, with the last commit
         if not self.requeue_on_close:
             for job in list(self.store.unfinished()):
                 self.state.finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
@@ -488,6 +491,7 @@ class ControlPlane:
                 log.info("worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.key, now - worker.idle_since)
                 self.supervision.stop(worker)
         self.schedules.step(wall)
+        self.usage.tick(now)
         self.reconcile()
 
     def _expire(self, wall: float) -> None:

@@ -68,6 +68,7 @@ class WorkerProtocol:
             worker.ever_ready = True
             worker.idle_since = now
             ep.start_failures = ep.start_losses = 0
+            self._state.usage.observe(worker)
         return worker
 
     async def take(
@@ -135,6 +136,7 @@ class WorkerProtocol:
         if job.id in worker.to_stop:  # a stop meant for an earlier run of this job must not end this one
             worker.to_stop.remove(job.id)
         worker.state = WorkerState.RUNNING
+        self._state.usage.observe(worker)
 
     def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
         """A result (or a progress update) from a worker; idempotent: a late or repeated one changes nothing."""

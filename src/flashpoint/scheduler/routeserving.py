@@ -178,6 +178,7 @@ class RouteServing:
         if not worker.in_flight and worker.state is _RUNNING:
             worker.state = _IDLE
             worker.idle_since = self._clock.monotonic()
+            self._state.usage.observe(worker)
             if worker.retiring and self._workers.get(worker.id) is worker:
                 self._stop_worker(worker)
             self._kick_if_someone_waits()
@@ -185,6 +186,7 @@ class RouteServing:
     def _hand(self, ep: EndpointState, worker: Worker) -> None:
         worker.in_flight += 1
         worker.state = _RUNNING
+        self._state.usage.observe(worker)
         ep.in_flight += 1
         spec = ep.spec
         # REQUEST_COUNT wants ceil(in_flight / scaler_value) workers: reconcile once that passes the workers there
@@ -264,6 +266,7 @@ class RouteServing:
         worker.ever_ready = True
         worker.idle_since = self._clock.monotonic()
         ep.start_failures = ep.start_losses = 0
+        self._state.usage.observe(worker)
         log.info("worker %s of %s is ready at %s", worker.id, worker.endpoint, worker.address)
         self.serve_held(ep)
         self._kick_if_someone_waits()

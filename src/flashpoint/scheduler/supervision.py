@@ -157,6 +157,7 @@ class WorkerSupervision:
             self._state.index.hold(devices, Holder(worker.id, ep.spec.key))
         if cpu is not None:
             self._state.index.nodes.reserve(cpu, Holder(worker.id, ep.spec.key))
+        self._state.usage.started(worker, ep.spec)
         if isinstance(fit, CpuFit):
             where = f"{fit.node}: {fit.request.name} (cores {', '.join(map(str, fit.slot.cores))})"
         else:
@@ -172,6 +173,7 @@ class WorkerSupervision:
 
     def mark_stopping(self, worker: Worker) -> None:
         worker.state = WorkerState.STOPPING
+        self._state.usage.observe(worker)
         wake(worker)  # answer its job-stop long-poll: the worker can exit at once
         ep = self._state.endpoints.get(worker.endpoint)
         if ep is not None:
@@ -243,6 +245,7 @@ class WorkerSupervision:
         if not worker.jobs and worker.state is WorkerState.RUNNING:
             worker.state = WorkerState.IDLE
             worker.idle_since = self._state.clock.monotonic()
+        self._state.usage.observe(worker)
         if (worker.retiring or worker.spent) and not worker.jobs:
             self.stop(worker)
         self._kick_if_someone_waits()
@@ -293,6 +296,7 @@ class WorkerSupervision:
             JobError("TimeoutError", f"execution exceeded {job.execution_timeout_ms} ms"),
         )
         signal_stop(worker, job.id)
+        self._state.usage.observe(worker)
         # a sync handler cannot be interrupted: the worker is replaced, once its other jobs are done
         worker.retiring = True
         if not worker.jobs:
@@ -336,6 +340,7 @@ class WorkerSupervision:
     def _forget(self, worker: Worker, what: str) -> None:
         """Drop a worker that is gone; its devices return, its running jobs go back under the retry rule."""
         self._state.workers.pop(worker.id, None)
+        self._state.usage.gone(worker)
         ep = self._state.leaving.pop(worker.id, None) or self._state.endpoints[worker.endpoint]
         ep.workers.pop(worker.id, None)
         self._state.index.release(worker.devices)

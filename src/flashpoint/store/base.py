@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from flashpoint.jobs import Job, JobStatus
 from flashpoint.store.runs import Outcome, ScheduleRun
+from flashpoint.store.usage import UsageRecord
 
 
 class JobStore(Protocol):
@@ -50,6 +51,24 @@ class JobStore(Protocol):
 
     def last_run(self, endpoint: str, outcome: Outcome | None = None) -> ScheduleRun | None:
         """The endpoint's newest history line (of that ``outcome``, when given)."""
+        ...
+
+    def add_usage(self, records: Iterable[UsageRecord]) -> None:
+        """Add each record's amounts to the row of its cell (``store/usage.py``; a new row when there is none),
+        durable with the next ``flush`` like a job's change."""
+        ...
+
+    def usage(self, since: float = 0.0) -> builtins.list[UsageRecord]:
+        """Every usage row whose bucket ends after ``since`` (wall time), in cell order."""
+        ...
+
+    def fold_usage(self, before: float, span: float) -> None:
+        """Merge the rows shorter than ``span`` that start before ``before`` (a multiple of ``span``) into the
+        ``span``-long rows they fall in (``usage.fold``)."""
+        ...
+
+    def prune_usage(self, before: float) -> None:
+        """Forget the usage rows whose bucket ended at or before ``before``."""
         ...
 
     def flush(self) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import builtins
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from flashpoint.errors import StoreError
 from flashpoint.jobs import Job, JobStatus
 from flashpoint.store.runs import MAX_RUNS_KEPT, Outcome, ScheduleRun
+from flashpoint.store.usage import Cell, UsageRecord, fold, merge
 
 
 class MemoryJobStore:
@@ -21,6 +22,8 @@ class MemoryJobStore:
         self.max_finished = max_finished
         #: each endpoint's schedule history, oldest first
         self._runs: dict[str, deque[ScheduleRun]] = {}
+        #: workers' device time by cell (``store/usage.py``)
+        self._usage: dict[Cell, UsageRecord] = {}
 
     def add(self, job: Job) -> None:
         if job.id in self._jobs:
@@ -76,9 +79,24 @@ class MemoryJobStore:
     def last_run(self, endpoint: str, outcome: Outcome | None = None) -> ScheduleRun | None:
         return next((r for r in reversed(self._runs.get(endpoint, ())) if outcome in (None, r.outcome)), None)
 
+    def add_usage(self, records: Iterable[UsageRecord]) -> None:
+        for record in records:
+            known = self._usage.get(record.cell)
+            self._usage[record.cell] = record if known is None else merge(known, record)
+
+    def usage(self, since: float = 0.0) -> builtins.list[UsageRecord]:
+        return [self._usage[cell] for cell in sorted(self._usage) if cell[0] + cell[1] > since]
+
+    def fold_usage(self, before: float, span: float) -> None:
+        self._usage = {record.cell: record for record in fold(self._usage.values(), before, span)}
+
+    def prune_usage(self, before: float) -> None:
+        self._usage = {cell: record for cell, record in self._usage.items() if cell[0] + cell[1] > before}
+
     def close(self) -> None:
         self._jobs.clear()
         self._runs.clear()
+        self._usage.clear()
 
     def flush(self) -> None:
         """Nothing to commit: memory is the store."""

@@ -7,7 +7,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from flashpoint.errors import StoreError
 from flashpoint.jobs import TERMINAL, Job, JobError, JobStatus, Placement, Reason
 from flashpoint.private import STATE_DIR_NAME, private_dir, private_file
 from flashpoint.store.runs import MAX_RUNS_KEPT, Outcome, ScheduleRun
+from flashpoint.store.usage import UsageRecord
 
 CREATE_JOBS = """
 create table if not exists jobs (
@@ -79,8 +80,41 @@ def _migrate_4(conn: sqlite3.Connection) -> None:
     conn.execute(CREATE_SCHEDULE_RUNS_ENDPOINT)
 
 
+#: the cell a usage row is keyed by (``store/usage.py``)
+_USAGE_CELL = "start, span, endpoint, app, env, key, model, kind"
+CREATE_USAGE = f"""
+create table if not exists usage (
+    start real not null,
+    span real not null,
+    endpoint text not null,
+    app text not null,
+    env text not null,
+    key text not null,
+    model text not null,
+    kind text not null,
+    gpu_s real not null,
+    vcpu_s real not null,
+    memory_mb_s real not null,
+    first real not null,
+    last real not null,
+    primary key ({_USAGE_CELL})
+)
+"""
+
+
+def _migrate_5(conn: sqlite3.Connection) -> None:
+    """Version 5: workers' device time in time buckets (``store/usage.py``, decision 0112)."""
+    conn.execute(CREATE_USAGE)
+
+
 #: MIGRATIONS[n - 1] takes a file from schema version n - 1 to n; the version lives in ``PRAGMA user_version``
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1, _migrate_2, _migrate_3, _migrate_4)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _migrate_1,
+    _migrate_2,
+    _migrate_3,
+    _migrate_4,
+    _migrate_5,
+)
 #: the schema version this code writes
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -117,6 +151,24 @@ _PLAIN = (
 _LISTS = ("logs", "chunks", "attempts")
 
 Row = tuple[str, str, str, float, float, str]
+_USAGE_COLUMNS = f"{_USAGE_CELL}, gpu_s, vcpu_s, memory_mb_s, first, last"
+#: a usage row added to the one of its cell: amounts summed, the use's span widened
+_ADD_USAGE = (
+    f"insert into usage ({_USAGE_COLUMNS}) values ({', '.join('?' * 13)}) "
+    f"on conflict ({_USAGE_CELL}) do update set gpu_s = gpu_s + excluded.gpu_s, vcpu_s = vcpu_s + excluded.vcpu_s, "
+    "memory_mb_s = memory_mb_s + excluded.memory_mb_s, first = min(first, excluded.first), "
+    "last = max(last, excluded.last)"
+)
+#: the rows shorter than :span that start before :before, as :span-long ones (``usage.fold``)
+_FOLD_USAGE = (
+    f"insert into usage ({_USAGE_COLUMNS}) "
+    "select cast(start / :span as integer) * :span as bucket, :span, endpoint, app, env, key, model, kind, "
+    "sum(gpu_s), sum(vcpu_s), sum(memory_mb_s), min(first), max(last) from usage "
+    "where span < :span and start < :before group by bucket, endpoint, app, env, key, model, kind "
+    f"on conflict ({_USAGE_CELL}) do update set gpu_s = gpu_s + excluded.gpu_s, vcpu_s = vcpu_s + excluded.vcpu_s, "
+    "memory_mb_s = memory_mb_s + excluded.memory_mb_s, first = min(first, excluded.first), "
+    "last = max(last, excluded.last)"
+)
 
 
 def _json(job: Job, value: Any) -> str:
@@ -313,7 +365,7 @@ class SQLiteJobStore:
             self._in_transaction = True
         return conn
 
-    def _change(self, what: str, sql: str, params: Sequence[Any]) -> int:
+    def _change(self, what: str, sql: str, params: Sequence[Any] | dict[str, Any]) -> int:
         conn = self._writer()
         try:
             return conn.execute(sql, params).rowcount
@@ -422,6 +474,35 @@ class SQLiteJobStore:
         with self._lock:
             rows = self._fetch("read a schedule's history", sql, params)
         return _run(rows[0]) if rows else None
+
+    def add_usage(self, records: Iterable[UsageRecord]) -> None:
+        rows = [
+            (r.start, r.span, r.endpoint, r.app, r.env, r.key, r.model, r.kind)
+            + (r.gpu_s, r.vcpu_s, r.memory_mb_s, r.first, r.last)
+            for r in records
+        ]
+        if not rows:
+            return
+        with self._lock:
+            conn = self._writer()  # in the open transaction: durable with the next flush
+            try:
+                conn.executemany(_ADD_USAGE, rows)
+            except sqlite3.Error as exc:
+                raise StoreError(f"job store {self.path}: cannot record usage: {exc}") from exc
+
+    def usage(self, since: float = 0.0) -> builtins.list[UsageRecord]:
+        sql = f"select {_USAGE_COLUMNS} from usage where start + span > ? order by {_USAGE_CELL}"
+        with self._lock:
+            return [UsageRecord(*row) for row in self._fetch("read usage", sql, (since,))]
+
+    def fold_usage(self, before: float, span: float) -> None:
+        with self._lock:
+            self._change("fold usage", _FOLD_USAGE, {"span": span, "before": before})
+            self._change("fold usage", "delete from usage where span < ? and start < ?", (span, before))
+
+    def prune_usage(self, before: float) -> None:
+        with self._lock:
+            self._change("prune usage", "delete from usage where start + span <= ?", (before,))
 
     def flush(self) -> None:
         """Commit every write since the last flush in one transaction; durable (kill -9) once this returns."""
