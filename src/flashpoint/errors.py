@@ -10,6 +10,7 @@
     ├─ ConflictError             a name taken, a rollout still running, a bare name several apps serve (409)
     ├─ ForbiddenError            a key whose scope does not allow the operation (403, naming the scope needed)
     ├─ QueueFullError            the plane holds as many queued jobs (or bytes of input) as it may: retry later
+    ├─ BudgetSpentError          an app's, environment's or key's GPU-hour budget is spent: no new job until it renews
     ├─ UnsatisfiableError        a waiting call to an endpoint no device of a fleet that cannot change could ever run
     ├─ JobFailedError            raised by ``await fn(...)``/``job.wait()``; remote type, message, traceback
     │  ├─ JobCancelledError      the job was cancelled
@@ -157,6 +158,21 @@ class QueueFullError(Error):
     """The control plane already holds as many queued jobs, or as many bytes of queued input, as it may."""
 
     code = "queue_full"
+
+
+class BudgetSpentError(Error):
+    """A GPU-hour budget (``flashpoint quota set --gpu-hours``) of the job's app, environment or key is spent: the job
+    is refused, not queued (decision 0113). The message names the budget, its use and when it renews; ``quota`` is
+    the budget's flags, ``renews_at`` the wall time it renews and ``retry_after_s`` the seconds until then (HTTP's
+    ``Retry-After``)."""
+
+    code = "budget_spent"
+
+    def __init__(self, message: str, *, quota: str = "", renews_at: float = 0.0, retry_after_s: int = 0) -> None:
+        super().__init__(message)
+        self.quota = quota
+        self.renews_at = renews_at
+        self.retry_after_s = retry_after_s
 
 
 class BackendError(Error):

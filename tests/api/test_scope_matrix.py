@@ -42,6 +42,7 @@ from flashpoint.api.app import Dispatch, create_app
 from flashpoint.api.approutes import router as app_router
 from flashpoint.api.guard import SCOPED_PREFIX, app_env_of, principal_lookup
 from flashpoint.api.keyroutes import router as key_router
+from flashpoint.api.quotaroutes import router as quota_router
 from flashpoint.api.runpod import Intake
 from flashpoint.api.secretroutes import router as secret_router
 from flashpoint.api.transport import hardened_protocol
@@ -49,6 +50,7 @@ from flashpoint.hosting.artifacts import ArtifactStore
 from flashpoint.hosting.deploying import DeployManager
 from flashpoint.hosting.deployments import Deployments
 from flashpoint.hosting.keystore import TOKEN_PREFIX, KeyStore
+from flashpoint.hosting.quotastore import QuotaStore
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.spec import RouteSpec
@@ -180,6 +182,10 @@ ROUTES: list[Row] = [
     Row("roll back", "POST", "/v1/apps/shop/envs/prod/rollback", Operation.DEPLOY, "shop", "prod", ok=(404,), json={}),
     Row("undeploy", "POST", "/v1/apps/shop/envs/prod/undeploy", Operation.DEPLOY, "shop", "prod", ok=(409,), json={}),
     Row("delete an app", "DELETE", "/v1/apps/nothing", Operation.DEPLOY, "nothing", ok=(404,)),
+    # /v1/quotas (api/quotaroutes.py, decision 0113): the server's, for admin keys only, reading them too
+    Row("quotas", "GET", "/v1/quotas", Operation.ADMIN),
+    Row("set a quota", "PUT", "/v1/quotas", Operation.ADMIN, json={"app": "shop", "maxGpus": 4}),
+    Row("delete a quota", "DELETE", "/v1/quotas?app=nothing", Operation.ADMIN, ok=(404,)),
 ]
 
 
@@ -236,6 +242,8 @@ async def matrix(tmp_path: Path) -> AsyncIterator[Matrix]:
     app.include_router(secret_router, prefix="/v1")
     app.state.keys = store
     app.state.secrets = SecretStore(tmp_path / "secrets")
+    app.include_router(quota_router, prefix="/v1")
+    app.state.quotas = QuotaStore(tmp_path / "quotas")
     app.state.key_lookup = principal_lookup(store)  # as serve sets it, after create_app
     deployments = Deployments(tmp_path / "deployments.db")
     for app_name, env in (("shop", "prod"), ("shop", "staging"), ("other", "prod")):

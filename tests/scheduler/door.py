@@ -156,8 +156,8 @@ async def open_door(
         described.devices if described else (), nodes=[*kept, *replaced.values()], exit_on_stop=exit_on_stop
     )
     # route workers' /ping is the stub's scripted one, asked again at once (the stub's probe waits for an answer);
-    # the options are the plane's settings, but for its collaborators (probe, environments, leases)
-    given = {name: options.pop(name) for name in ("probe", "environments", "leases") if name in options}
+    # the options are the plane's settings, but for its collaborators (probe, environments, leases, quotas)
+    given = {name: options.pop(name) for name in ("probe", "environments", "leases", "quotas") if name in options}
     store = options.pop("store", None) or MemoryJobStore()  # a test's own (a SQLite file a restart opens again)
     collaborators: dict[str, Any] = {"probe": backend.probe, **given}
     settings = PlaneSettings(**{"route_poll_s": (0.0, 0.0), **options})

@@ -20,6 +20,7 @@ STATUS: dict[type[errors.Error], int] = {
     errors.NotFoundError: 404,
     errors.BadInputError: 400,
     errors.QueueFullError: 429,
+    errors.BudgetSpentError: 429,
     errors.UnsatisfiableError: 409,
     errors.ConflictError: 409,
     errors.ForbiddenError: 403,
@@ -49,9 +50,20 @@ def status_of(exc: errors.Error) -> int:
     return 500
 
 
+def error_response(exc: errors.Error) -> Response:
+    """The JSON answer of a flashpoint error: its body and status; a spent budget (decision 0113) adds the budget,
+    when it renews (``renewsAt``, epoch seconds) and a ``Retry-After`` header."""
+    if isinstance(exc, errors.BudgetSpentError):
+        details = {"quota": exc.quota, "renewsAt": exc.renews_at, "retryAfterS": exc.retry_after_s}
+        response = json_response(body(exc.code, str(exc), **details), status_of(exc))
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
+    return json_response(body(exc.code, str(exc)), status_of(exc))
+
+
 async def _flashpoint_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, errors.Error)
-    return json_response(body(exc.code, str(exc)), status_of(exc))
+    return error_response(exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -55,7 +55,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from flashpoint.access import Operation
-from flashpoint.api.errors import body as error_body, status_of
+from flashpoint.api.errors import body as error_body, error_response, status_of
 from flashpoint.api.guard import (
     UNAUTHORIZED,
     caller_worker,
@@ -233,7 +233,7 @@ class FlashRoute:
             if status == 400:
                 # Flash 1.x's client raises only the status for anything but 404 (raise_for_status): say why here
                 log.warning("Flash call refused (%s): %s", exc.code, exc)
-            return json_response(error_body(exc.code, str(exc)), status)
+            return error_response(exc)
 
     # ------------------------------------------------------------------------------------------------------------------
     # submitting: run, runsync

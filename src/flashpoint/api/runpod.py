@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flashpoint.access import Operation
-from flashpoint.api.errors import body as error_body, status_of
+from flashpoint.api.errors import body as error_body, error_response
 from flashpoint.api.guard import (
     UNAUTHORIZED,
     authorize_job,
@@ -293,7 +293,7 @@ def _route(path: str, method: str, handler: Handler, plane: ControlPlane, state:
         try:
             return await handler(request, plane, request.path_params["endpoint"], intake)
         except Error as exc:
-            return json_response(error_body(exc.code, str(exc)), status_of(exc))
+            return error_response(exc)
 
     return Route(f"/v2/{{endpoint}}{path}", endpoint, methods=_ANY_METHOD)
 

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from flashpoint._version import __version__
-from flashpoint.cli import apps, deploy, dev, explain, gpus, jobs, keys, run, secret, serve, status, venv
+from flashpoint.cli import apps, deploy, dev, explain, gpus, jobs, keys, quota, run, secret, serve, status, venv
 from flashpoint.errors import Error
 from flashpoint.terminal import inert
 
@@ -42,6 +42,7 @@ app.command("dev")(dev.dev)
 app.add_typer(venv.app, name="venv")
 app.add_typer(secret.app, name="secret")
 app.add_typer(keys.app, name="keys")
+app.add_typer(quota.app, name="quota")
 app.command("deploy")(deploy.deploy)
 app.command("undeploy")(apps.undeploy)
 app.command("rollback")(apps.rollback)

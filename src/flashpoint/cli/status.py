@@ -28,8 +28,10 @@ from flashpoint.cli.output import (
     print_json,
     watch as watch_view,
 )
+from flashpoint.cli.quota import quota_table
 from flashpoint.cli.target import KeyOption, UrlOption, ask, planes
 from flashpoint.config import Settings
+from flashpoint.errors import Error
 from flashpoint.terminal import inert_data
 
 
@@ -108,7 +110,18 @@ def plane_status(
         "endpoints": rows,
         "gpus": {"total": len(devices), "held": held, "free": len(devices) - held},
         "models": model_summary(devices),
+        # the server's quotas and their use (decision 0113); None where it keeps none or the key may not read them
+        "quotas": quotas_of(plane),
     }
+
+
+def quotas_of(plane: LivePlane) -> list[dict[str, Any]] | None:
+    """``GET /v1/quotas`` of a server that keeps quotas (None: a plane without, or a key that may not read them)."""
+    try:
+        body = plane.get("/v1/quotas")
+    except Error:
+        return None
+    return None if body is None else list(body.get("quotas", []))
 
 
 def endpoint_status(
@@ -236,6 +249,8 @@ def render(bodies: Sequence[dict[str, Any]], notes: Sequence[str], shown: AppFil
         parts.append(header(body))
         if body["endpoints"]:
             parts.append(endpoints_table(body))
+        if body.get("quotas"):
+            parts.append(quota_table(body["quotas"]))
         else:
             said = "no endpoint has been called yet" if body["kind"] == SCRIPT else "no endpoints"
             if shown is not None and shown.active:

@@ -24,6 +24,7 @@ from flashpoint.fleet.discovery import discover_fleet
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.scheduler.launcher import AppSecrets
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.quotas import QuotaSource
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.store.base import JobStore
 from flashpoint.store.memory import MemoryJobStore
@@ -53,6 +54,8 @@ class PlaneRole:
     secrets: AppSecrets | None = None
     #: the plane runs endpoints' cron schedules (``serve``'s: Runpod runs schedules only where an app is deployed)
     schedules: bool = False
+    #: the quotas and budgets in force (``serve``'s store at ``--data-dir``: ``QuotaStore``); None: none
+    quotas: QuotaSource | None = None
 
 
 def app_simulated(settings: Settings) -> str | None:
@@ -106,6 +109,7 @@ def build_plane(settings: Settings, role: PlaneRole, *, base_url: str, simulated
         worker_secret=secrets.token_urlsafe(32),
         settings=plane_settings(settings, role, base_url=base_url, worker_env=worker_env, parent_pid=parent_pid),
         secrets=role.secrets,
+        quotas=role.quotas,
     )
 
 

@@ -23,6 +23,7 @@ from flashpoint.errors import ConfigError
 from flashpoint.hosting import announce, console, shapes
 from flashpoint.hosting.artifacts import DEFAULT_LIMIT, ArtifactStore
 from flashpoint.hosting.plane import PlaneRole, app_simulated, build_plane, http_url, listening_socket, loopback
+from flashpoint.hosting.quotastore import QuotaStore
 from flashpoint.hosting.secretstore import SecretStore
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
 from flashpoint.sdk.endpoint import EndpointClass, EndpointCommand, EndpointFunction
@@ -187,6 +188,8 @@ class Server:
         self.host, self.port, self.db = host, port, db
         #: the secrets endpoints name in their env, in the data directory (None: the server keeps none)
         self.secrets = None if self.data_dir is None else SecretStore(self.data_dir / "secrets")
+        #: the quotas and budgets in force, in the data directory (None: the server keeps none; decision 0113)
+        self.quotas = None if self.data_dir is None else QuotaStore(self.data_dir / "quotas")
         self.max_artifact_bytes = max_artifact_bytes
         self.grace_s = grace_s
         self.api_keys = api_keys
@@ -216,6 +219,7 @@ class Server:
             # (an endpoint's own env= may still ask for them)
             worker_env_defaults={"RUNPOD_LOG_LEVEL": "INFO"} if quiet_runpod else {},
             schedules=True,  # endpoints' cron schedules (decision 0109)
+            quotas=self.quotas,
         )
 
     def deploy_manager(self, plane: ControlPlane, checkers: dict[str, Callable[[Any], None]]) -> DeployManager | None:
@@ -245,6 +249,7 @@ class Server:
         from flashpoint.api.guard import principal_lookup
         from flashpoint.api.keyroutes import router as key_router
         from flashpoint.api.loopguard import LoopbackGuard, host_names
+        from flashpoint.api.quotaroutes import router as quota_router
         from flashpoint.api.runpod import Intake
         from flashpoint.api.secretroutes import router as secret_router
         from flashpoint.api.transport import hardened_protocol
@@ -351,6 +356,9 @@ class Server:
             app.include_router(key_router, prefix="/v1")
             app.state.keys = keys
             app.state.key_lookup = principal_lookup(keys)
+        if self.quotas is not None:  # quotas and budgets, managed by admin keys (decision 0113)
+            app.include_router(quota_router, prefix="/v1")
+            app.state.quotas = self.quotas
         if self.secrets is not None:  # its --data-dir's: set, listed and deleted with the server's key
             app.include_router(secret_router, prefix="/v1")
             app.state.secrets = self.secrets

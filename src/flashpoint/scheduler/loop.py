@@ -40,6 +40,8 @@ from flashpoint.scheduler.ownership.leases import DeviceLeases
 from flashpoint.scheduler.ownership.leasing import DeviceLeasing
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.protocol import WorkerProtocol, release_takers, signal_stop
+from flashpoint.scheduler.quotagate import QuotaGate
+from flashpoint.scheduler.quotas import QuotaSource
 from flashpoint.scheduler.readiness import Probe
 from flashpoint.scheduler.reads import PlaneReads
 from flashpoint.scheduler.records import EndpointState, Worker
@@ -85,13 +87,14 @@ class ControlPlane:
         environments: EnvironmentSource | None = None,
         leases: DeviceLeases | None = None,
         secrets: AppSecrets | None = None,
+        quotas: QuotaSource | None = None,
     ) -> None:
         """``settings`` are the plane's limits and tunables; the rest are what it is built from. ``probe`` asks a
         route worker's ``/ping`` (a test door's is scripted); ``environments`` builds endpoints' environments (the
         environment cache at its default root when None); ``leases`` the machine-wide device leases (this process's,
         in ``leases.lease_dir()``, when None); ``secrets`` the values of the secrets endpoints name in their ``env``,
         as the resolver of an endpoint's app (``spec.app``; None: of no app) (None: this plane has none, and an
-        endpoint that names one is refused)."""
+        endpoint that names one is refused); ``quotas`` the quotas in force (``scheduler/quotas.py``; None: none)."""
         self.settings = settings = settings or PlaneSettings()
         #: None: no secret store (the embedded plane, dev)
         self._secrets = secrets
@@ -113,7 +116,9 @@ class ControlPlane:
         self.leasing = DeviceLeasing(
             state, leases, url=settings.base_url, server=settings.requeue_on_close, kick=self.kick
         )
-        self.reads = PlaneReads(state, plan=self.plan)
+        #: quotas and budgets (decision 0113): the planner's limit, the jobs workers take, submit's budget check
+        self.quotas = QuotaGate(state, quotas, usage=lambda: self.usage)
+        self.reads = PlaneReads(state, plan=self.plan, quotas=self.quotas)
         # route serving is built before supervision, which it reaches through the plane once that is there
         self.routes = RouteServing(
             state,
@@ -144,7 +149,10 @@ class ControlPlane:
             take_hold_s=settings.take_hold_s,
             after_job=self.supervision.after_job,
             kick_if_someone_waits=self._kick_if_someone_waits,
+            take=self.quotas.take,
         )
+        if quotas is not None:  # a key's job that ends may let another endpoint's idle worker take that key's jobs
+            self.book.waiters.listen(lambda view: self._quota_freed())
         #: starts and stops worker processes through the backend, and knows what each is started with
         self.supervisor = self.supervision.supervisor
         #: builds the environments of endpoints with dependencies, unless the backend does (Ray's runtime_env)
@@ -308,6 +316,7 @@ class ControlPlane:
         ep = self.endpoint(endpoint)
         if ep.spec.serves_routes:
             raise not_a_queue_endpoint(endpoint)
+        self.quotas.check_submit(ep.spec, extra)  # a spent budget refuses it (429), rather than queue it forever
         job = self.book.create(ep, payload, extra, execution_timeout_ms=execution_timeout_ms, ttl_ms=ttl_ms, size=size)
         if self.envs is not None and (failure := self.envs.failed_for_good(ep)) is not None:
             self.state.finish(
@@ -316,6 +325,12 @@ class ControlPlane:
             return job
         self._enqueue(ep, job, front=False)
         return job
+
+    def _quota_freed(self) -> None:
+        """A job ended: workers waiting for jobs may now take those their key's quota held back."""
+        for ep in self.endpoints.values():
+            if ep.queued and ep.takers:
+                self.protocol.dispatch(ep)
 
     def _enqueue(self, ep: EndpointState, job: Job, *, front: bool) -> None:
         self.book.push(ep, job, front=front)
@@ -440,6 +455,7 @@ class ControlPlane:
             wall=self.clock.time(),
             oldest=oldest,
             wanted=self.leasing.wanted_elsewhere,
+            limit=self.quotas.limit,
         )
         if not self.registry.departed:
             return plan

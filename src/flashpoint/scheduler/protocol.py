@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flashpoint.jobs import BINARY_ENCODING, ENCODING_KEY, Job, JobError, JobStatus, Reason
+from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.records import EndpointState, Taker, Worker, WorkerState
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.waiters import settle_after, wake
@@ -35,8 +36,11 @@ class WorkerProtocol:
         take_hold_s: float,
         after_job: Callable[[Worker, bool], None],
         kick_if_someone_waits: Callable[[], None],
+        take: Callable[[JobBook, EndpointState, Worker, int], list[Job]] | None = None,
     ) -> None:
-        """``take_hold_s``: how long job-take and job-stop hold a request before answering with nothing;
+        """``take(book, ep, worker, count)``: the jobs a worker is handed from its queue (the plane's quotas:
+        ``QuotaGate.take``; None: the front of the queue, ``book.pop``); ``take_hold_s``: how long job-take and
+        job-stop hold a request before answering with nothing;
         ``after_job(worker, stop_pod)``: one of the worker's jobs ended (it may go idle, or stop: supervision's rule);
         ``kick_if_someone_waits``: a worker may have devices an endpoint waits for."""
         self._state = state
@@ -48,6 +52,7 @@ class WorkerProtocol:
         self.take_hold_s = take_hold_s
         self._after_job = after_job
         self._kick_if_someone_waits = kick_if_someone_waits
+        self._take = take
 
     # the verbs
 
@@ -102,7 +107,8 @@ class WorkerProtocol:
 
     def _pop(self, ep: EndpointState, worker: Worker, count: int) -> list[Job]:
         single_use = ep.spec.single_use  # one job per worker, ever (decision 0111)
-        jobs = self._book.pop(ep, 1 if single_use else count)
+        wanted = 1 if single_use else count
+        jobs = self._book.pop(ep, wanted) if self._take is None else self._take(self._book, ep, worker, wanted)
         for job in jobs:
             self._assign(job, worker)
         if jobs and single_use:

@@ -20,6 +20,7 @@ from flashpoint.scheduler import planner, views
 from flashpoint.scheduler.envgate import system_note
 from flashpoint.scheduler.optionnotes import host_option_notes
 from flashpoint.scheduler.placement.fit import endpoint_notes
+from flashpoint.scheduler.quotagate import QuotaGate
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.spec import EndpointSpec
 
@@ -27,9 +28,13 @@ from flashpoint.spec import EndpointSpec
 class PlaneReads:
     """The read-only verbs of the plane, over its ``state``; ``plan`` says what a reconcile would do now."""
 
-    def __init__(self, state: PlaneState, *, plan: Callable[[], planner.Plan]) -> None:
+    def __init__(
+        self, state: PlaneState, *, plan: Callable[[], planner.Plan], quotas: QuotaGate | None = None
+    ) -> None:
+        """``quotas``: the plane's, whose use an explanation notes, and which may hold a queued job back."""
         self._state = state
         self._plan = plan
+        self._quotas = quotas
 
     def fleet_summary(self, spec: EndpointSpec | None = None) -> str:
         """The fleet in one line: its GPUs; for a CPU endpoint (``spec``), its nodes' CPUs and memory."""
@@ -42,7 +47,8 @@ class PlaneReads:
         volume's directory, Runpod cloud settings recorded and not applied)."""
         ep = self._state.endpoints.get(spec.key)
         lacking = system_note(ep.system_missing) if ep is not None and ep.system_missing else ()
-        return endpoint_notes(spec, self._state.index) + host_option_notes(spec) + lacking
+        quotas = self._quotas.notes(spec) if self._quotas is not None else ()
+        return endpoint_notes(spec, self._state.index) + host_option_notes(spec) + lacking + quotas
 
     def explain_endpoint(self, name: str) -> Explanation:
         ep = self._state.endpoint(name)
@@ -55,6 +61,9 @@ class PlaneReads:
         ep = self._state.endpoint(job.endpoint)
         position = self._state.book.position(ep, job) if job.status is JobStatus.IN_QUEUE else None
         waiting = self._plan().waiting.get(ep.spec.key, ())
+        held_back = self._quotas.job_reason(job) if self._quotas is not None else None
+        if held_back is not None:  # its key's quota: the endpoint's workers pass it over
+            waiting = (held_back, *waiting)
         fleet = self.fleet_summary(ep.spec)
         return views.explain(ep, job, waiting, position=position, fleet=fleet, notes=self.notes(ep.spec))
 

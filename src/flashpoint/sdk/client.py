@@ -28,6 +28,7 @@ import httpx
 from flashpoint.errors import (
     BackendError,
     BadInputError,
+    BudgetSpentError,
     ConfigError,
     ConflictError,
     Error,
@@ -70,6 +71,7 @@ ERRORS_BY_CODE: dict[str, type[Error]] = {
         BackendError,
         NotReadyError,
         QueueFullError,
+        BudgetSpentError,
         RolloutFailed,
         StoreError,
         UnsatisfiableError,
