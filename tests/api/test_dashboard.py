@@ -29,7 +29,7 @@ from tests.scheduler.door import BASE_URL, open_door
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 #: the page's scripts: dashboard.js, the module index.html loads, and the modules it imports
-MODULES = ("dashboard.js", "api.js", "dom.js", "fleet.js", "jobs.js", "state.js")
+MODULES = ("dashboard.js", "api.js", "dom.js", "fleet.js", "jobs.js", "state.js", "usage.js")
 SERVED = (*MODULES, "dashboard.css", "favicon.svg")
 #: what index.html itself names (the other modules are reached by dashboard.js's imports)
 LOADED_BY_THE_PAGE = ("dashboard.js", "dashboard.css", "favicon.svg")

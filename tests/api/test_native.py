@@ -403,6 +403,7 @@ def test_openapi_documents_every_v1_path_and_its_schemas() -> None:
         "/v1/jobs/{job_id}/wait": "Job",
         "/v1/schedules": "Schedules",
         "/v1/schedules/{endpoint}": "ScheduleHistory",
+        "/v1/usage": "Usage",
     }
     assert set(paths) == set(expected)
     for path, model in expected.items():

@@ -42,6 +42,7 @@ ASSETS = {
     "fleet.js": "text/javascript; charset=utf-8",
     "jobs.js": "text/javascript; charset=utf-8",
     "state.js": "text/javascript; charset=utf-8",
+    "usage.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }

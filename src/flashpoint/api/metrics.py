@@ -94,6 +94,40 @@ class _PlaneCollector:
         )
 
 
+class _UsageCollector:
+    """Workers' device time since the job store began (decision 0112), as counters per endpoint, app, environment,
+    model and kind (busy, idle, starting), read from the plane's usage meter at scrape time; live workers' time counts
+    up to the scrape. Keys are left out of the labels (their number is the server's users'): ``/v1/usage?by=key``."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        for labels, amounts in sorted(self.plane.usage.lifetime().items()):
+            for family, amount in zip(families, amounts, strict=True):
+                family.add_metric(list(labels), amount)
+        return list(families)
+
+    @staticmethod
+    def _families() -> tuple[CounterMetricFamily, CounterMetricFamily, CounterMetricFamily]:
+        labels = ["endpoint", "app", "env", "model", "kind"]
+        return (
+            CounterMetricFamily(
+                "flashpoint_gpu_seconds",
+                "GPU-seconds workers held, per device, by kind (busy, idle, starting)",
+                labels=labels,
+            ),
+            CounterMetricFamily("flashpoint_vcpu_seconds", "vCPU-seconds CPU workers reserved, by kind", labels=labels),
+            CounterMetricFamily(
+                "flashpoint_memory_mb_seconds", "Memory MB-seconds CPU workers reserved, by kind", labels=labels
+            ),
+        )
+
+
 class RouteMetrics:
     """What route endpoints' requests took: a counter by endpoint, method, route and status, and a latency histogram
     (arrival to the answer's end, a held request's wait included) by endpoint, method and route. ``route`` is the
@@ -165,6 +199,7 @@ class PlaneMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._finished_by_status: dict[tuple[str, str], int] = {}
         self.registry.register(_PlaneCollector(plane, self._finished_by_status))
+        self.registry.register(_UsageCollector(plane))
         self.delay = Histogram(
             "flashpoint_job_delay_seconds",
             "Time from submit to the start of the job's last run",

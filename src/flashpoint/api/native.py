@@ -11,6 +11,10 @@ read), and what it may not see answers 404 as what does not exist.
 ``/schedules`` lists endpoints' cron schedules (next run, latest run) and ``/schedules/{endpoint}`` one endpoint's
 history (decision 0109).
 
+``/usage`` is workers' device time, busy and idle, grouped by app, environment, endpoint, key or model (decision
+0112): an admin key sees all of it; another key the time of the endpoints it sees, and an invoke key only the busy
+time of its own jobs.
+
 Every endpoint and job row carries the ``app`` and ``env`` its endpoint id names (null for an endpoint outside any
 app), and both lists take ``?app=`` and ``?env=`` (decision 0102): applied before the limit, so a filtered list of
 jobs is the newest ``limit`` of that app, however many of other apps are newer.
@@ -19,14 +23,14 @@ jobs is the newest ``limit`` of that app, however many of other apps are newer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flashpoint.access import Operation
+from flashpoint.access import Operation, endpoint_visible
 from flashpoint.api import errors, schemas
 from flashpoint.api.deps import Plane, require_api_key
 from flashpoint.api.guard import (
@@ -40,9 +44,10 @@ from flashpoint.api.guard import (
     sees_job,
 )
 from flashpoint.api.workers import error_response, json_response
-from flashpoint.errors import NotFoundError
+from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.jobs import Job, JobStatus, JobView
 from flashpoint.scheduler.loop import ControlPlane
+from flashpoint.scheduler.usage import BUCKET_S, Share, parse_since, summarize
 from flashpoint.spec import APP_NAME, endpoint_id, split_endpoint_id
 
 if TYPE_CHECKING:
@@ -306,6 +311,51 @@ async def schedule_history(
 ) -> Response:
     ep = resolve_endpoint(request, plane, endpoint, Operation.READ)
     return json_response(with_app(plane.schedules.history(ep, limit), ep.spec.key))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# usage (decision 0112): what each key sees is filtered as the job lists are
+
+
+@router.get(
+    "/usage",
+    response_model=schemas.Usage,
+    responses=_BAD_REQUEST,
+    summary="Workers' device time (GPU-, vCPU- and MB-seconds), busy, idle and starting, grouped",
+    description="Time in the window from `since` to now, per group and per kind. An admin key sees every worker's; "
+    "another key the time of the endpoints it sees; an invoke key only the busy time of its own jobs.",
+)
+async def get_usage(
+    request: Request,
+    plane: Plane,
+    since: Annotated[
+        str, Query(description="the window's start: a duration back from now (90s, 30m, 24h, 7d, 2w) or epoch seconds")
+    ] = "24h",
+    by: Annotated[
+        Literal["app", "env", "endpoint", "key", "model"], Query(description="what the time is grouped by")
+    ] = "endpoint",
+    app: AppFilter = None,
+    env: EnvFilter = None,
+) -> Response:
+    who = principal_of(request)
+    until = plane.clock.time()
+    try:
+        start = parse_since(since, until)
+    except BadInputError as exc:  # a query parameter: bad_request, as FastAPI's own checks answer
+        raise BadInputError(str(exc), code="bad_request") from None
+
+    def shown(share: Share) -> bool:
+        if (app is not None and share.app != app) or (env is not None and share.env != env):
+            return False
+        if who.scope == "admin":
+            return True
+        if who.scope == "invoke" and (share.kind != "busy" or share.key != who.name):
+            return False
+        return endpoint_visible(who, share.app or None, share.env or None)
+
+    shares = [share for share in plane.usage.window(start, until) if shown(share)]
+    body = {"since": start, "until": until, "by": by, "resolutionS": BUCKET_S, "usage": summarize(shares, by)}
+    return json_response(body)
 
 
 def create_native_app(

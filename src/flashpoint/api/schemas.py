@@ -318,3 +318,36 @@ class ScheduleHistory(Schema):
     next: str | None
     next_at: float | None
     runs: list[ScheduleRun]
+
+
+class UsageAmounts(Schema):
+    """Device time: GPU-seconds (per device held), vCPU-seconds and memory MB-seconds (a CPU worker's reservation)."""
+
+    gpu_seconds: float
+    vcpu_seconds: float
+    memory_mb_seconds: float
+
+
+class UsageRow(UsageAmounts):
+    """One group's device time in the window, in total and per kind (decision 0112)."""
+
+    name: str = Field(
+        description="the group's value: an app, environment, endpoint id, key name or model; empty for none (no app, "
+        "no environment, or no key: idle and starting time, route requests, jobs no key submitted)"
+    )
+    busy: UsageAmounts = Field(description="running jobs (a route worker: serving requests)")
+    idle: UsageAmounts = Field(description="warm and live, running nothing")
+    starting: UsageAmounts = Field(description="started, not yet ready (a cold start)")
+
+
+class Usage(Schema):
+    """Workers' device time in a window, grouped; largest GPU-seconds first."""
+
+    since: float = Field(description="the window's start, epoch seconds")
+    until: float = Field(description="the window's end (now), epoch seconds")
+    by: Literal["app", "env", "endpoint", "key", "model"]
+    resolution_s: float = Field(
+        description="the history's bucket (a minute for the last 48 hours, an hour before): a window that cuts a "
+        "bucket counts the share of its use inside"
+    )
+    usage: list[UsageRow]

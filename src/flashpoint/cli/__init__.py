@@ -14,6 +14,7 @@ import typer
 
 from flashpoint._version import __version__
 from flashpoint.cli import apps, deploy, dev, explain, gpus, jobs, keys, quota, run, secret, serve, status, venv
+from flashpoint.cli.usage import usage as usage_command
 from flashpoint.errors import Error
 from flashpoint.terminal import inert
 
@@ -27,6 +28,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.command("status")(status.status)
+app.command("usage")(usage_command)
 app.command("gpus")(gpus.gpus)
 app.command("explain")(explain.explain)
 app.command("jobs")(jobs.jobs)

@@ -16,6 +16,7 @@ import { $, el, replace } from "./dom.js";
 import { drawEndpoints, drawFleet } from "./fleet.js";
 import { drawDetailAnswer, drawJobs, hideDetail, showSelected } from "./jobs.js";
 import { KEY_STORAGE, actions, appChoice, appFilter, state } from "./state.js";
+import { drawUsage, usagePath } from "./usage.js";
 
 const POLL_MS = 1000;
 const MAX_BACKOFF_MS = 8000;
@@ -42,15 +43,16 @@ async function tick() {
       if (e instanceof ApiError && e.status === 403) return e;
       throw e;
     });
-    const reads = [fleetRead, api("/v1/endpoints"), api(jobsPath())];
+    const reads = [fleetRead, api("/v1/endpoints"), api(jobsPath()), api(usagePath())];
     if (job) reads.push(api("/v1/jobs/" + encodeURIComponent(job)).catch((e) => e));
-    const [fleet, endpoints, jobs, detail] = await Promise.all(reads);
+    const [fleet, endpoints, jobs, usage, detail] = await Promise.all(reads);
     if (generation !== state.generation) return; // the question changed while it was asked
     showMain();
     if (fleet instanceof ApiError) drawFleetRefused(fleet.message);
     else draw("fleet", fleet, drawFleet);
     draw("endpoints", endpoints, drawEndpoints);
     draw("jobs", jobs, drawJobs);
+    draw("usage", usage, drawUsage);
     if (job) drawDetailAnswer(job, detail);
     state.failures = 0;
     setBanner("");
@@ -199,6 +201,10 @@ function ensureOption(select, value) {
 $("filter-endpoint").addEventListener("change", (e) => setFilters({ endpoint: e.target.value }));
 $("filter-status").addEventListener("change", (e) => setFilters({ status: e.target.value }));
 $("filter-app").addEventListener("change", (e) => setFilters(appFilter(e.target.value)));
+$("usage-by").addEventListener("change", (e) => {
+  state.usageBy = e.target.value;
+  refreshNow();
+});
 window.addEventListener("hashchange", () => {
   readHash();
   if (!state.job) hideDetail();

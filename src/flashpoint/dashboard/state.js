@@ -15,6 +15,7 @@ export const state = {
   app: "", // the app filter (its name), and the environment within it (or of every app when app is empty)
   env: "",
   job: "",
+  usageBy: "app", // what the usage section groups by
   seen: {}, // the last body drawn per section: a section whose answer did not change is not drawn again
   timer: 0,
   generation: 0, // bumped when filters or the key change, so an answer to an older question is dropped
