@@ -48,6 +48,7 @@ COVERED_BY = {
     "flashpoint.cli.run": "cli/test_cli_run.py",
     "flashpoint.cli.serve": "cli/test_serve_keys.py",
     "flashpoint.cli.status": "cli/test_cli_inert.py",
+    "flashpoint.scheduler.quotagate": "scheduler/test_engine_quotas.py",
     "flashpoint.cli.target": "cli/test_cli_planes.py",
     "flashpoint.clock": "scheduler/test_engine_jobs.py",
     "flashpoint.dev.app": "dev/test_devserver.py",

@@ -326,7 +326,8 @@ async def test_options_are_taken_as_on_run_and_low_priority_is_recorded(
         assert job.execution_timeout_ms == execution_ms
     if ttl_ms is not None:
         assert job.ttl_ms == ttl_ms
-    assert job.extra["flashpoint"].get("low_priority") is low
+    assert job.low_priority is bool(low)  # the scheduler's field (taken out of the job's metadata as it is made)
+    assert "low_priority" not in job.extra.get("flashpoint", {})
     # the worker gets the options as Runpod hands them on (policy, webhook, s3Config)
     assert {key: job.extra[key] for key in options} == options
 

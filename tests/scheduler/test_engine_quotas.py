@@ -1,4 +1,5 @@
-"""Quotas and budgets through the test door (decision 0113): a request over an app's hold quota waits with code
+"""Quotas and budgets through the test door (decision 0113; the plane's side is flashpoint.scheduler.quotagate): a
+request over an app's hold quota waits with code
 ``quota`` and starts when a worker of that app stops; a per-model quota sends a worker to the next candidate in
 declared order; a key's jobs are passed over while its workers hold its quota; a spent budget refuses new jobs with
 its renewal time, and takes them again once the window rolls past the use (fake clock)."""

@@ -72,7 +72,8 @@ class Supervised:
     def kick(self) -> None:
         self.kicks += 1
 
-    def job_lost(self, ep: EndpointState, job: Job, what: str) -> None:
+    def job_lost(self, ep: EndpointState, job: Job, what: str, preempted: bool) -> None:
+        assert not preempted  # none of these workers was preempted
         self.lost.append((job.id, what))
 
     async def start(self) -> Worker:

@@ -25,8 +25,8 @@ Bearer <RUNPOD_API_KEY>``. runpod-flash 1.x (1.15+) posts only ``{RUNPOD_ENDPOIN
   endpoint's, or the key may not see (rc2 retries a 404 there with backoff, then raises ``EndpointNotFound``).
 - Bodies: ``{"input": {kwargs}}``; a class method's ``{"input": {"method": NAME, ...}}``; Flash's ``"__empty": true``
   (sent for a call without arguments) is dropped. ``webhook``, ``s3Config`` and ``policy`` as on ``/v2/{id}/run``
-  (``submit_checked``), and ``policy.lowPriority``, a boolean, recorded as ``"low_priority": true`` in the job's
-  ``flashpoint`` metadata. ``X-Flash-App``/``X-Flash-Environment`` are recorded there too (``"flash": {"app",
+  (``submit_checked``: ``policy.lowPriority``, a boolean, sends the job at low priority, ``Job.low_priority``, as
+  on every run route). ``X-Flash-App``/``X-Flash-Environment`` are recorded there too (``"flash": {"app",
   "environment"}``).
 - An endpoint serving several functions (a shared name): Flash's ``function_name`` in the input names the one to
   call (as on Runpod's routes); else the one function whose signature the input fits; else 400 ``bad_input``
@@ -170,19 +170,6 @@ def runpod_client(request: Request) -> bool:
     return request.headers.get("user-agent", "").startswith(RUNPOD_SDK_AGENT)
 
 
-def _low_priority(data: dict[str, Any]) -> bool:
-    """``policy.lowPriority``: true or false, absent being false (400 naming it for anything else)."""
-    policy = data.get("policy")
-    if not isinstance(policy, dict) or "lowPriority" not in policy:
-        return False  # a policy that is not an object is submit_checked's 400
-    value = policy["lowPriority"]
-    if not isinstance(value, bool):
-        raise BadInputError(
-            f'policy.lowPriority must be true or false, got {value!r}; e.g. {{"lowPriority": true}}', code="bad_request"
-        )
-    return value
-
-
 class FlashRoute:
     """The ASGI app of the sentinel routes for Flash's clients (``api.app.Dispatch`` sends them here)."""
 
@@ -255,8 +242,6 @@ class FlashRoute:
         if target is not None:
             data["flashpoint"] = {**(meta or {}), "target": target}
         noted: dict[str, Any] = {"flash": record, **job_record(request)}
-        if _low_priority(data):
-            noted["low_priority"] = True  # what the scheduler reads (policy, passed through, says it to the worker)
         job = submit_checked(self.plane, endpoint, data, self.intake, size=len(raw), record=noted)
         if not sync:
             await self.plane.committed()  # an id is only given out for a job that survives a crash (as /run)

@@ -33,7 +33,7 @@ from flashpoint.api.loopguard import UNSUPPORTED_CODE, UNSUPPORTED_MESSAGE, json
 from flashpoint.api.webhooks import check_webhook_url
 from flashpoint.api.workers import json_response
 from flashpoint.errors import BadInputError, Error, NotFoundError
-from flashpoint.jobs import SUBMITTED_BY_KEY, Job, JobStatus
+from flashpoint.jobs import LOW_PRIORITY_KEY, SUBMITTED_BY_KEY, Job, JobStatus
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.spec import split_endpoint_id
 from flashpoint.wire import codec
@@ -190,10 +190,31 @@ def submit_checked(
     if checker is not None and not (isinstance(payload, dict) and codec.PICKLE_KEY in payload):
         checker(payload)
     extra = {key: data[key] for key in PASSTHROUGH if key in data}
-    if meta is not None or record:
+    low = low_priority(data, meta)
+    if meta is not None or record or low:
         extra["flashpoint"] = {k: meta[k] for k in ("binary_ok", "init", "target") if meta and k in meta}
         extra["flashpoint"].update(record or {})
+        if low:
+            extra["flashpoint"][LOW_PRIORITY_KEY] = True  # ``Job.low_priority``: after the queue's other jobs
     return plane.submit(endpoint, payload, extra, execution_timeout_ms=execution_ms, ttl_ms=ttl_ms, size=size)
+
+
+def low_priority(data: dict[str, Any], meta: dict[str, Any] | None = None) -> bool:
+    """A job sent at low priority: Runpod's ``policy.lowPriority`` (true or false, absent being false; 400 naming it
+    for anything else), or flashpoint's own ``"flashpoint": {"low_priority": true}`` (the SDK's)."""
+    policy = data.get("policy")
+    value: Any = False
+    if isinstance(policy, dict) and "lowPriority" in policy:  # a policy that is not an object is policy_limits' 400
+        value = policy["lowPriority"]
+        if not isinstance(value, bool):
+            raise BadInputError(
+                f'policy.lowPriority must be true or false, got {value!r}; e.g. {{"lowPriority": true}}',
+                code="bad_request",
+            )
+    own = (meta or {}).get(LOW_PRIORITY_KEY, False)
+    if not isinstance(own, bool):
+        raise BadInputError(f'"flashpoint.low_priority" must be true or false, got {own!r}', code="bad_request")
+    return value or own
 
 
 def _has_pickle(payload: Any, meta: dict[str, Any] | None) -> bool:

@@ -197,6 +197,10 @@ def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
     grid.add_row("timeline", Text(timeline(body)))
     if body.get("retries"):
         grid.add_row("retries", str(body["retries"]))
+    if body.get("lowPriority"):
+        grid.add_row("priority", "low (runs after its queue's other jobs)")
+    for number, attempt in enumerate(body.get("attempts") or [], 1):  # runs that ended without ending it
+        grid.add_row(f"attempt {number}", Text(_attempt_text(attempt)))
     logs = body.get("logs") or []
     grid.add_row("logs", Text(f"{len(logs)} line{'s' if len(logs) != 1 else ''}: flashpoint logs {body['id']}"))
     parts: list[RenderableType] = [grid]
@@ -213,6 +217,16 @@ def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
         if error.get("traceback"):
             parts.append(Text(error["traceback"].rstrip()))
     return Group(*parts)
+
+
+def _attempt_text(attempt: dict[str, Any]) -> str:
+    """One earlier run of a job: its outcome, worker, placement and how long it ran."""
+    ran = ""
+    started, ended = attempt.get("startedAt"), attempt.get("endedAt")
+    if isinstance(started, int | float) and isinstance(ended, int | float):
+        ran = f", ran {ended - started:.1f}s"
+    worker = attempt.get("workerId") or "?"
+    return f"{attempt.get('outcome', '?')} (worker {worker} on {_placement_text(attempt.get('placement'))}{ran})"
 
 
 # ----------------------------------------------------------------------------------------------------------------

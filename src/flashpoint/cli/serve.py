@@ -6,9 +6,11 @@ Edge module: may import anything in flashpoint, plus typer.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -18,7 +20,10 @@ from flashpoint.hosting import console
 from flashpoint.hosting.artifacts import DEFAULT_LIMIT
 from flashpoint.hosting.server import GRACE_S, Server
 from flashpoint.scheduler.jobbook import MAX_QUEUED_BYTES, MAX_QUEUED_JOBS
+from flashpoint.spec import LABEL, PRIORITY_CLASSES
 from flashpoint.wire import codec
+
+_V = TypeVar("_V")
 
 #: ``--data-dir``'s default, as the issue fixes it (``~`` is expanded by the server)
 DEFAULT_DATA_DIR = Path("~/.flashpoint/server")
@@ -126,6 +131,27 @@ def serve(
             "before workers stop; jobs cut short go back to the queue, counted as a retry."
         ),
     ] = GRACE_S,
+    priority_class: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A priority class NAME=RANK beside high=2, normal=1 and low=0 (a higher rank goes first; repeat "
+            "for more), for Endpoint(priority=NAME)."
+        ),
+    ] = None,
+    app_weight: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An app's fair-share weight APP=W (1 when not named): a freed device goes to the app holding the "
+            "fewest devices over its weight. Repeat for more apps."
+        ),
+    ] = None,
+    preempt_grace_s: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a preempted worker (of a preemptible endpoint, for a higher class) has to stop before it "
+            "is killed; its jobs go back to their queue."
+        ),
+    ] = 30.0,
     log_level: Annotated[
         str,
         typer.Option(
@@ -173,7 +199,42 @@ def serve(
         max_queued_bytes=int(max_queued_mb * _MIB),
         route_wait_s=route_wait_s,
         grace_s=grace_s,
+        priority_classes={**PRIORITY_CLASSES, **pairs("--priority-class", priority_class or [], _rank)},
+        app_weights=pairs("--app-weight", app_weight or [], _weight),
+        preempt_grace_s=preempt_grace_s,
     ).run()
+
+
+def pairs(option: str, values: list[str], read: Callable[[str], _V]) -> dict[str, _V]:
+    """``NAME=VALUE`` options as a dict, each value through ``read`` (a ValueError is the option's ConfigError)."""
+    found: dict[str, _V] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not LABEL.match(name):
+            raise ConfigError(f"{option} takes NAME=VALUE (a name of letters, digits, '.', '_', '-'), got {item!r}")
+        try:
+            found[name] = read(value.strip())
+        except ValueError as exc:
+            raise ConfigError(f"{option} {item!r}: {exc}") from None
+    return found
+
+
+def _rank(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"the rank is a whole number (high is 2, normal 1, low 0), got {text!r}") from None
+
+
+def _weight(text: str) -> float:
+    try:
+        weight = float(text)
+    except ValueError:
+        weight = math.nan
+    if not (math.isfinite(weight) and weight > 0):
+        raise ValueError(f"the weight is a positive number (1 is an equal share), got {text!r}")
+    return weight
 
 
 def _api_keys(env_value: str | None, options: list[str]) -> list[str]:

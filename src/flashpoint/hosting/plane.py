@@ -26,6 +26,7 @@ from flashpoint.scheduler.launcher import AppSecrets
 from flashpoint.scheduler.loop import ControlPlane
 from flashpoint.scheduler.quotas import QuotaSource
 from flashpoint.scheduler.settings import PlaneSettings
+from flashpoint.spec import PRIORITY_CLASSES
 from flashpoint.store.base import JobStore
 from flashpoint.store.memory import MemoryJobStore
 from flashpoint.wire import codec
@@ -56,6 +57,11 @@ class PlaneRole:
     schedules: bool = False
     #: the quotas and budgets in force (``serve``'s store at ``--data-dir``: ``QuotaStore``); None: none
     quotas: QuotaSource | None = None
+    #: priority classes by name and rank (None: high, normal, low), fair-share weights per app, and how long a
+    #: preempted worker has to stop (decision 0115)
+    priority_classes: Mapping[str, int] | None = None
+    app_weights: Mapping[str, float] = field(default_factory=dict)
+    preempt_grace_s: float = 30.0
 
 
 def app_simulated(settings: Settings) -> str | None:
@@ -88,6 +94,9 @@ def plane_settings(
         base_url=base_url,
         route_ready_timeout_s=settings.route_ready_timeout_s,
         run_schedules=role.schedules,
+        priority_classes=dict(PRIORITY_CLASSES if role.priority_classes is None else role.priority_classes),
+        app_weights=dict(role.app_weights),
+        preempt_grace_s=role.preempt_grace_s,
     )
 
 

@@ -145,6 +145,9 @@ class Server:
         max_queued_bytes: int = MAX_QUEUED_BYTES,
         route_wait_s: float | None = None,
         grace_s: float = GRACE_S,
+        priority_classes: Mapping[str, int] | None = None,
+        app_weights: Mapping[str, float] | None = None,
+        preempt_grace_s: float = 30.0,
     ) -> None:
         """``target``: the app to serve from the start (a file, module or project folder; None: an empty server, for
         apps deployed to it). ``route_wait_s``: how long a request to a route endpoint waits for a ready worker
@@ -152,7 +155,9 @@ class Server:
         job database (``jobs.db``, unless ``db`` names one), deployments, artifacts, keys and the secrets endpoints
         name (None: none of those but the jobs, in ``db`` or ``.flashpoint/jobs.db``; ``flashpoint serve`` gives
         ``~/.flashpoint/server``). ``max_artifact_bytes``: the largest project a deploy may upload. ``grace_s``: how
-        long a stopping server lets running jobs and requests finish."""
+        long a stopping server lets running jobs and requests finish. ``priority_classes`` (name: rank, higher first;
+        None: high, normal, low), ``app_weights`` (fair share; 1 when not named) and ``preempt_grace_s`` are the
+        sharing rules' (decision 0115)."""
         if any(not key.strip() for key in api_keys):
             raise ConfigError(
                 "an API key is blank, so no request could match it; pass real keys (e.g. FLASHPOINT_API_KEY="
@@ -165,6 +170,8 @@ class Server:
                 raise ConfigError(f"--{name} must be positive, got {value}")
         if not grace_s >= 0:
             raise ConfigError(f"--grace-s must be 0 or more seconds, got {grace_s}")
+        if not preempt_grace_s >= 0:
+            raise ConfigError(f"--preempt-grace-s must be 0 or more seconds, got {preempt_grace_s}")
         if route_wait_s is not None and not route_wait_s >= 0:
             raise ConfigError(f"--route-wait-s must be 0 or more seconds, got {route_wait_s}")
         if not api_keys and not loopback(host):
@@ -192,6 +199,9 @@ class Server:
         self.quotas = None if self.data_dir is None else QuotaStore(self.data_dir / "quotas")
         self.max_artifact_bytes = max_artifact_bytes
         self.grace_s = grace_s
+        self.priority_classes = priority_classes
+        self.app_weights = dict(app_weights or {})
+        self.preempt_grace_s = preempt_grace_s
         self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
         self.allow_pickle = allow_pickle
@@ -220,6 +230,9 @@ class Server:
             worker_env_defaults={"RUNPOD_LOG_LEVEL": "INFO"} if quiet_runpod else {},
             schedules=True,  # endpoints' cron schedules (decision 0109)
             quotas=self.quotas,
+            priority_classes=self.priority_classes,
+            app_weights=self.app_weights,
+            preempt_grace_s=self.preempt_grace_s,
         )
 
     def deploy_manager(self, plane: ControlPlane, checkers: dict[str, Callable[[Any], None]]) -> DeployManager | None:

@@ -167,16 +167,29 @@ class JobBook:
 
     def taken(self, job: Job, worker_id: str, placement: Placement) -> None:
         job.move(JobStatus.IN_PROGRESS)
+        job.reason = None  # a preempted job's queued reason is over
         job.started_at = self.clock.time()
         job.worker_id = worker_id
         job.placement = placement
         self.save(job)
 
-    def back_to_queue(self, job: Job, *, retried: bool) -> None:
-        """A running job goes back to the queue (its worker is gone): ``retried`` counts it against the retry rule."""
+    def back_to_queue(self, job: Job, *, retried: bool, outcome: Reason = Reason.WORKER_LOST) -> None:
+        """A running job goes back to the queue (its worker is gone): ``retried`` counts it against the retry rule.
+        The run that ended is kept in ``attempts`` with its ``outcome``; a preempted job waits with reason
+        ``preempted`` (a queued job's reason says why it is queued again)."""
+        job.attempts.append(
+            {
+                "workerId": job.worker_id,
+                "placement": job.placement.to_json() if job.placement is not None else None,
+                "startedAt": job.started_at,
+                "endedAt": self.clock.time(),
+                "outcome": outcome.value,
+            }
+        )
         job.move(JobStatus.IN_QUEUE)
         if retried:
             job.retries += 1
+        job.reason = Reason.PREEMPTED if outcome is Reason.PREEMPTED else None
         job.worker_id, job.placement, job.started_at = None, None, None
         self.save(job)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from flashpoint.backends.base import Backend
 from flashpoint.clock import SYSTEM_CLOCK, Clock
-from flashpoint.errors import InvalidTransitionError
+from flashpoint.errors import InvalidEndpointError, InvalidTransitionError
 from flashpoint.explain import Explanation
 from flashpoint.fleet.inventory import Fleet
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
@@ -185,6 +185,8 @@ class ControlPlane:
         self.schedules = Schedules(
             state, enabled=settings.run_schedules, submit=lambda key, extra: self.submit(key, {}, extra)
         )
+        #: what the planner's sharing rules read: classes, fair-share weights, the placement override
+        self._sharing = planner.Sharing(settings.priority_classes, settings.app_weights, settings.placement_policy)
         self._next_expiry_check = 0.0
         self._kicked = False
         self._tick_task: asyncio.Task[None] | None = None
@@ -242,7 +244,7 @@ class ControlPlane:
                 job = self.store.get(job_id)
                 if job is not None and job.status is JobStatus.IN_PROGRESS:
                     if self.requeue_on_close:  # cut short: it runs again after a restart, counted as a retry
-                        self.book.back_to_queue(job, retried=True)
+                        self.book.back_to_queue(job, retried=True, outcome=Reason.WORKER_LOST)
                     else:
                         self.state.finish(job, JobStatus.CANCELLED, Reason.SHUTDOWN)
                 signal_stop(worker, job_id)
@@ -384,6 +386,7 @@ class ControlPlane:
         for job in queued:
             self._end(job, JobStatus.CANCELLED, Reason.PURGED)
         ep.queue.clear()
+        ep.low_queue.clear()
         return len(queued)
 
     def recover(self) -> int:
@@ -424,10 +427,15 @@ class ControlPlane:
         self.state.fail_queued(ep, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", error))
         self.kick()
 
-    def _worker_lost(self, ep: EndpointState, job: Job, what: str) -> None:
+    def _worker_lost(self, ep: EndpointState, job: Job, what: str, preempted: bool = False) -> None:
         """The retry rule: a job whose worker is lost goes back to the front of the queue once, then fails (at once
-        when its endpoint was taken away: no queue of it is served any more)."""
-        if self.endpoints.get(ep.spec.key) is not ep:
+        when its endpoint was taken away: no queue of it is served any more). A job whose worker was ``preempted``
+        goes back to the front of its queue whatever its retries: not a failure, not a retry (reason ``preempted``)."""
+        if preempted and self.endpoints.get(ep.spec.key) is ep:
+            log.info("%s; job %s goes back to its queue", what, job.id)
+            self.book.back_to_queue(job, retried=False, outcome=Reason.PREEMPTED)
+            self._enqueue(ep, job, front=True)
+        elif self.endpoints.get(ep.spec.key) is not ep:
             self.state.finish(job, JobStatus.FAILED, Reason.WORKER_LOST, JobError("WorkerLost", f"{what}"))
         elif job.retries < MAX_RETRIES:
             log.warning("%s while running job %s; retrying it", what, job.id)
@@ -456,6 +464,7 @@ class ControlPlane:
             oldest=oldest,
             wanted=self.leasing.wanted_elsewhere,
             limit=self.quotas.limit,
+            sharing=self._sharing,
         )
         if not self.registry.departed:
             return plan
@@ -481,7 +490,12 @@ class ControlPlane:
                     worker.endpoint,
                     reclaim.for_endpoint,
                 )
+                worker.stopping_for = reclaim.for_endpoint
                 self.supervision.stop(worker)
+        for preempt in plan.preempts:
+            worker = self.workers.get(preempt.worker_id)
+            if worker is not None:
+                self.supervision.preempt(worker, preempt.for_endpoint, self.settings.preempt_grace_s)
         for start in plan.starts:
             self.supervision.start(self.endpoints[start.endpoint], start.fit)
         for name, reasons in plan.waiting.items():
@@ -528,11 +542,23 @@ class ControlPlane:
 
     def register(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> None:
         self._check_secrets(spec)
+        self._check_priority(spec)
         self.registry.register(spec, target, code_file)
 
     def redeclare(self, spec: EndpointSpec, target: WorkerTarget, code_file: str | None = None) -> int:
         self._check_secrets(spec)
+        self._check_priority(spec)
         return self.registry.redeclare(spec, target, code_file)
+
+    def _check_priority(self, spec: EndpointSpec) -> None:
+        """An endpoint's priority class must be one this plane knows (a server may define more than the three)."""
+        classes = self.settings.priority_classes
+        if spec.priority not in classes:
+            known = ", ".join(sorted(classes, key=lambda name: -classes[name]))
+            raise InvalidEndpointError(
+                f"endpoint {spec.key!r} asks for priority class {spec.priority!r}, which this plane does not know; "
+                f"use one of {known} (a server adds classes with --priority-class NAME=RANK)"
+            )
 
     async def roll_out(
         self,

@@ -248,9 +248,10 @@ def plan(
             rank = sharing.rank(spec)
             p.preemptible.extend((rank, Holder(w.id, name)) for w in live_of[name])
         for w in ep.workers.values():
-            if w.preempted_for is not None and w.state is stopping:
-                p.pending[w.preempted_for] = p.pending.get(w.preempted_for, 0) + 1
-    held = app_holdings(endpoints, index) if len({ep.spec.app for ep in endpoints.values()}) > 1 else {}
+            if w.stopping_for is not None and w.state is stopping:
+                p.pending.setdefault(w.stopping_for, []).append(w)
+    fair = len({ep.spec.app for ep in endpoints.values()}) > 1  # fair share is between apps
+    held = app_holdings(endpoints, index) if fair else {}
     turns = [_Turn(ep, p) for ep in endpoints.values()]
     heap = [(turn_key(t.ep, sharing, held, oldest), n, t) for n, t in enumerate(turns)]
     heapq.heapify(heap)
@@ -260,7 +261,7 @@ def plan(
             started = turn.step()
             if started is None:
                 continue  # it has all it can get in this plan
-            if started and held:
+            if started and fair:
                 app = turn.ep.spec.app or ""
                 held[app] = held.get(app, 0) + turn.ep.spec.gpu_count
             heapq.heappush(heap, (turn_key(turn.ep, sharing, held, oldest), n, turn))
@@ -301,8 +302,8 @@ class _Pass:
     still_yields: Callable[[Holder], bool] = lambda holder: False
     #: (class rank, holder) of every live worker of a preemptible queue endpoint
     preemptible: list[tuple[int, Holder]] = field(default_factory=list)
-    #: per endpoint, workers stopping because they were preempted for it
-    pending: dict[str, int] = field(default_factory=dict)
+    #: per endpoint, workers stopping to give their devices to it (idle yields, preemptions)
+    pending: dict[str, list[Worker]] = field(default_factory=dict)
     preempts: list[Preempt] = field(default_factory=list)
 
 
@@ -416,20 +417,23 @@ class _Turn:
         result = place_endpoint(spec, p.index, p.may_yield, self.limit_refuse, placement)
         if isinstance(result, Fit) and result.reclaim:
             result = self._lower_first(result)
-        if isinstance(result, NoFit):
-            pending = p.pending.get(name, 0)
-            if pending:  # a worker preempted for it is stopping: its devices come to this endpoint
-                p.pending[name] = pending - 1
+        if isinstance(result, NoFit) or result.reclaim:
+            pending = p.pending.get(name)
+            if pending:  # a worker stopped for it (yielding, preempted) is stopping: its devices come here
+                coming = pending.pop()
                 self.covered += 1
+                how = "was preempted" if coming.preempted_for is not None else "is yielding"
                 self.waiting.append(
                     WaitReason(
                         asks,
-                        Code.PREEMPTED,
-                        "a worker of a lower priority class was preempted for this endpoint and is stopping; "
+                        Code.PREEMPTED if coming.preempted_for is not None else Code.BUSY,
+                        f"worker {coming.id} of {coming.endpoint} {how} for this endpoint and is stopping; "
                         "its devices come here",
+                        (coming.endpoint,),
                     )
                 )
                 return False
+        if isinstance(result, NoFit):
             preempted = self._preempt()
             if preempted is not None:
                 self.covered += 1

@@ -80,6 +80,9 @@ class Worker:
     spent: bool = False
     #: preempted for this endpoint (a higher class): stopping, and its jobs go back to their queue as ``preempted``
     preempted_for: str | None = None
+    #: stopped to give its devices to this endpoint (an idle yield or a preemption): while it stops, its devices count
+    #: as coming to that endpoint, so no other worker is stopped for the same start
+    stopping_for: str | None = None
 
     @property
     def live(self) -> bool:

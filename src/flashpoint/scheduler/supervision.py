@@ -80,7 +80,7 @@ class WorkerSupervision:
         credential: Callable[[str, str], str],
         leasing: DeviceLeasing,
         routes: RouteServing,
-        job_lost: Callable[[EndpointState, Job, str], None],
+        job_lost: Callable[[EndpointState, Job, str, bool], None],
         kick: Callable[[], None],
         kick_if_someone_waits: Callable[[], None],
         secrets: AppSecrets = no_app_secrets,
@@ -170,6 +170,21 @@ class WorkerSupervision:
             return
         self.mark_stopping(worker)
         self.supervisor.stop(worker.id, self.stop_grace_s if grace_s is None else grace_s)
+
+    def preempt(self, worker: Worker, for_endpoint: str, grace_s: float) -> None:
+        """Stop ``worker`` for ``for_endpoint`` (a higher class): asked to stop now, killed after ``grace_s``; a job
+        that ends meanwhile ends as it would, the others go back to their queue as ``preempted`` when it is gone."""
+        if worker.state is WorkerState.STOPPING:
+            return
+        log.info(
+            "preempting worker %s of %s for %s (a higher priority class); it has %.0fs to stop",
+            worker.id,
+            worker.endpoint,
+            for_endpoint,
+            grace_s,
+        )
+        worker.preempted_for = worker.stopping_for = for_endpoint
+        self.stop(worker, grace_s)
 
     def mark_stopping(self, worker: Worker) -> None:
         worker.state = WorkerState.STOPPING
@@ -279,7 +294,7 @@ class WorkerSupervision:
                 signal_stop(worker, job_id)
                 job = self._state.book.find(job_id)
                 if job is not None and job.status is JobStatus.IN_PROGRESS:
-                    self._job_lost(ep, job, f"worker {worker.id} dropped the job (its pings stopped naming it)")
+                    self._job_lost(ep, job, f"worker {worker.id} dropped the job (its pings stopped naming it)", False)
             self.after_job(worker)
 
     def _timeout(self, job: Job, worker: Worker) -> None:
@@ -351,7 +366,10 @@ class WorkerSupervision:
         for job_id in sorted(worker.jobs):
             job = self._state.book.find(job_id)
             if job is not None and job.status is JobStatus.IN_PROGRESS:
-                self._job_lost(ep, job, what)
+                if worker.preempted_for is not None:
+                    self._job_lost(ep, job, f"worker {worker.id} was preempted for {worker.preempted_for}", True)
+                else:
+                    self._job_lost(ep, job, what, False)
         self._kick()
 
     def _start_failed(self, ep: EndpointState, worker: Worker, code: int) -> None:

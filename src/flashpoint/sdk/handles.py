@@ -23,6 +23,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from flashpoint.jobs import LOW_PRIORITY_KEY
 from flashpoint.sdk import progress
 from flashpoint.sdk.callargs import encode_bound, naming_refused
 from flashpoint.sdk.connection import Connection
@@ -136,7 +137,17 @@ class Bound:
         extra = _extra(init)
         if self.shared is not None and len(self.shared.members) > 1:
             extra["flashpoint"]["target"] = target_name(self._target_obj)
+        if self.__dict__.get("_low_priority"):
+            extra["flashpoint"][LOW_PRIORITY_KEY] = True
         return extra
+
+    def low_priority(self: _B) -> _B:
+        """This endpoint, its jobs sent at low priority (Runpod 2.x's ``lowPriority``): they run after its queue's
+        other jobs, and wait as the lowest priority class for devices. ``await infer.low_priority()(x)``."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin.__dict__["_low_priority"] = True
+        return twin
 
     async def _submit(self, payload: Any, extra: dict[str, Any]) -> JobHandle[Any]:
         conn = await self._connect()
