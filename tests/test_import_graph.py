@@ -66,6 +66,7 @@ ORDER = (
     # the edge
     "api",
     "hosting",
+    "simulation",
     "dev",
     "cli",
     "__main__",
@@ -76,7 +77,7 @@ TIERS = {
     **dict.fromkeys(("config", "gpus", "access", "jobs", "spec"), "vocabulary"),
     **dict.fromkeys(("environments", "wire", "fleet", "store", "backends", "scheduler", "flash", "worker"), "core"),
     **dict.fromkeys(("sdk", "runpodapps", "flashpoint"), "sdk"),
-    **dict.fromkeys(("api", "hosting", "dev", "cli", "__main__"), "edge"),
+    **dict.fromkeys(("api", "hosting", "simulation", "dev", "cli", "__main__"), "edge"),
 }
 #: the designed lazy seams: the only imports that go up the list, each inside a function, by module
 SEAMS = {

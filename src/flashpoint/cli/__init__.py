@@ -13,7 +13,22 @@ from typing import Annotated
 import typer
 
 from flashpoint._version import __version__
-from flashpoint.cli import apps, deploy, dev, explain, gpus, jobs, keys, quota, run, secret, serve, status, venv
+from flashpoint.cli import (
+    apps,
+    deploy,
+    dev,
+    explain,
+    gpus,
+    jobs,
+    keys,
+    quota,
+    run,
+    secret,
+    serve,
+    simulate,
+    status,
+    venv,
+)
 from flashpoint.cli.usage import usage as usage_command
 from flashpoint.errors import Error
 from flashpoint.terminal import inert
@@ -46,6 +61,7 @@ app.add_typer(secret.app, name="secret")
 app.add_typer(keys.app, name="keys")
 app.add_typer(quota.app, name="quota")
 app.command("deploy")(deploy.deploy)
+app.command("simulate")(simulate.simulate)
 app.command("undeploy")(apps.undeploy)
 app.command("rollback")(apps.rollback)
 app.add_typer(apps.app_group, name="app")
