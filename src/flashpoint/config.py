@@ -68,6 +68,8 @@ class Settings:
     #: FLASHPOINT_ROUTE_READY_TIMEOUT_S: how long a route worker may take to answer ``GET /ping`` with 200 before it
     #: counts as a failed start
     route_ready_timeout_s: float = 600.0
+    #: FLASHPOINT_PREEMPT_GRACE_S: how long a preempted worker has to stop before it is killed (decision 0115)
+    preempt_grace_s: float = 30.0
     #: FLASHPOINT_DASHBOARD: 0 turns the embedded server's web dashboard off (its page at ``/`` and the line on stderr
     #: that names its URL); ``flashpoint serve`` always serves it
     dashboard: bool = True
@@ -113,6 +115,7 @@ class Settings:
             simulated_cuda=_cuda(env),
             route_wait_s=_seconds(env, "FLASHPOINT_ROUTE_WAIT_S", 60.0),
             route_ready_timeout_s=_seconds(env, "FLASHPOINT_ROUTE_READY_TIMEOUT_S", 600.0),
+            preempt_grace_s=_seconds(env, "FLASHPOINT_PREEMPT_GRACE_S", 30.0),
             dashboard=_flag(env, "FLASHPOINT_DASHBOARD") if (env.get("FLASHPOINT_DASHBOARD") or "").strip() else True,
             env_build_timeout_s=env_build_timeout_s(env),
         )

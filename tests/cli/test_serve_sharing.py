@@ -50,5 +50,7 @@ def test_the_servers_sharing_options_reach_its_planes_settings(tmp_path: object)
     assert chosen.preempt_grace_s == 12.0
     defaults = plane_settings(Settings.load({}), PlaneRole(), base_url="", worker_env={}, parent_pid=None)
     assert defaults.priority_classes == {"high": 2, "normal": 1, "low": 0} and defaults.preempt_grace_s == 30.0
+    from_env = Settings.load({"FLASHPOINT_PREEMPT_GRACE_S": "2.5"})
+    assert plane_settings(from_env, PlaneRole(), base_url="", worker_env={}, parent_pid=None).preempt_grace_s == 2.5
     with pytest.raises(ConfigError, match="--preempt-grace-s must be 0 or more"):
         Server(None, settings=Settings.load({}), preempt_grace_s=-1)

@@ -146,12 +146,12 @@ def serve(
         ),
     ] = None,
     preempt_grace_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             help="Seconds a preempted worker (of a preemptible endpoint, for a higher class) has to stop before it "
-            "is killed; its jobs go back to their queue."
+            "is killed; its jobs go back to their queue. As FLASHPOINT_PREEMPT_GRACE_S (default 30)."
         ),
-    ] = 30.0,
+    ] = None,
     log_level: Annotated[
         str,
         typer.Option(

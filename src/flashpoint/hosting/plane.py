@@ -58,10 +58,10 @@ class PlaneRole:
     #: the quotas and budgets in force (``serve``'s store at ``--data-dir``: ``QuotaStore``); None: none
     quotas: QuotaSource | None = None
     #: priority classes by name and rank (None: high, normal, low), fair-share weights per app, and how long a
-    #: preempted worker has to stop (decision 0115)
+    #: preempted worker has to stop (None: the settings', FLASHPOINT_PREEMPT_GRACE_S) (decision 0115)
     priority_classes: Mapping[str, int] | None = None
     app_weights: Mapping[str, float] = field(default_factory=dict)
-    preempt_grace_s: float = 30.0
+    preempt_grace_s: float | None = None
 
 
 def app_simulated(settings: Settings) -> str | None:
@@ -96,7 +96,7 @@ def plane_settings(
         run_schedules=role.schedules,
         priority_classes=dict(PRIORITY_CLASSES if role.priority_classes is None else role.priority_classes),
         app_weights=dict(role.app_weights),
-        preempt_grace_s=role.preempt_grace_s,
+        preempt_grace_s=settings.preempt_grace_s if role.preempt_grace_s is None else role.preempt_grace_s,
     )
 
 

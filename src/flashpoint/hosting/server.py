@@ -147,7 +147,7 @@ class Server:
         grace_s: float = GRACE_S,
         priority_classes: Mapping[str, int] | None = None,
         app_weights: Mapping[str, float] | None = None,
-        preempt_grace_s: float = 30.0,
+        preempt_grace_s: float | None = None,
     ) -> None:
         """``target``: the app to serve from the start (a file, module or project folder; None: an empty server, for
         apps deployed to it). ``route_wait_s``: how long a request to a route endpoint waits for a ready worker
@@ -156,8 +156,8 @@ class Server:
         name (None: none of those but the jobs, in ``db`` or ``.flashpoint/jobs.db``; ``flashpoint serve`` gives
         ``~/.flashpoint/server``). ``max_artifact_bytes``: the largest project a deploy may upload. ``grace_s``: how
         long a stopping server lets running jobs and requests finish. ``priority_classes`` (name: rank, higher first;
-        None: high, normal, low), ``app_weights`` (fair share; 1 when not named) and ``preempt_grace_s`` are the
-        sharing rules' (decision 0115)."""
+        None: high, normal, low), ``app_weights`` (fair share; 1 when not named) and ``preempt_grace_s`` (None: the
+        settings', FLASHPOINT_PREEMPT_GRACE_S) are the sharing rules' (decision 0115)."""
         if any(not key.strip() for key in api_keys):
             raise ConfigError(
                 "an API key is blank, so no request could match it; pass real keys (e.g. FLASHPOINT_API_KEY="
@@ -170,7 +170,7 @@ class Server:
                 raise ConfigError(f"--{name} must be positive, got {value}")
         if not grace_s >= 0:
             raise ConfigError(f"--grace-s must be 0 or more seconds, got {grace_s}")
-        if not preempt_grace_s >= 0:
+        if preempt_grace_s is not None and not preempt_grace_s >= 0:
             raise ConfigError(f"--preempt-grace-s must be 0 or more seconds, got {preempt_grace_s}")
         if route_wait_s is not None and not route_wait_s >= 0:
             raise ConfigError(f"--route-wait-s must be 0 or more seconds, got {route_wait_s}")
