@@ -198,6 +198,9 @@ class Job:
     attempts: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        policy = self.extra.get("policy")
+        if isinstance(policy, dict) and policy.get("lowPriority") is True:  # Runpod's, passed through to the worker
+            self.low_priority = True
         # the submitter rides in with the request's metadata (``SUBMITTED_BY_KEY``) and is kept here, not in extra
         meta = self.extra.get("flashpoint")
         if isinstance(meta, dict) and (SUBMITTED_BY_KEY in meta or LOW_PRIORITY_KEY in meta):

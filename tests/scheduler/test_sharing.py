@@ -354,3 +354,21 @@ async def test_fair_share_shares_converge_and_no_app_waits_forever() -> None:
     # while all three had work queued, the devices were shared evenly (2 each, give or take a worker)
     contested = held_over_time[3:12]
     assert contested and all(max(h.values()) - min(h.values()) <= 1 for h in contested), contested
+
+
+@pytest.mark.parametrize(
+    ("extra", "low"),
+    [
+        ({"policy": {"lowPriority": True}}, True),  # Runpod's policy (rc2's with_options on the embedded plane)
+        ({"policy": {"lowPriority": False}}, False),
+        ({"policy": {"lowPriority": "yes"}}, False),  # only a true boolean (the HTTP intake refuses anything else)
+        ({"flashpoint": {"low_priority": True}}, True),  # flashpoint's own (the SDK's low_priority())
+        ({}, False),
+    ],
+)
+async def test_a_job_is_low_priority_by_its_policy_or_flashpoints_metadata(extra: dict[str, Any], low: bool) -> None:
+    door = await open_door("node-a=NVIDIA_H200:1")
+    register(door, "e", gpu=H200)
+    job = door.plane.submit("e", {}, extra)
+    assert job.low_priority is low
+    assert (door.plane.endpoint("e").queued_low, len(door.plane.endpoint("e").low_queue)) == (int(low), int(low))
