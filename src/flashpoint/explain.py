@@ -46,8 +46,6 @@ class Code(str, Enum):
     #: a higher priority class waits for the devices (the reason names it); running workers of a preemptible
     #: endpoint are being stopped for it
     PREEMPTED = "preempted"
-    #: another app further below its fair share of the fleet is served first (the reason names it)
-    FAIR_SHARE = "fair_share"
 
     def __str__(self) -> str:
         return self.value
