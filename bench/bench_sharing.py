@@ -77,10 +77,23 @@ def replays(args: argparse.Namespace) -> list[dict[str, Any]]:
                         report = {"error": f"{type(exc).__name__}: {exc}"[:300], "wall_s": time.perf_counter() - began}
                     report.update(trace=name, mode=mode, policy=policy, priorities=priorities)
                     rows.append(report)
-                    print(
-                        f"  {name} {mode} {policy} priorities={priorities}: {report['wall_s']:.1f} s", file=sys.stderr
-                    )
+                    print(f"  {name} {mode} {policy} priorities={priorities}: {progress(report)}", file=sys.stderr)
     return rows
+
+
+def progress(report: dict[str, Any]) -> str:
+    """One replay's figures in a line, as it ends (a long run's partial results survive an interruption)."""
+    if "error" in report:
+        return f"{report['wall_s']:.1f} s, {report['error']}"
+    if report["mode"] == "fill":
+        return f"{report['wall_s']:.1f} s, allocated at 100% asked {_fmt(report['allocated_at']['100'], '%')}"
+    by_class = {c: _p99(w) for c, w in report["wait_s_by_class"].items()}
+    eight = _fmt(_p99(report["wait_s_by_gpus"].get("8")))
+    return (
+        f"{report['wall_s']:.1f} s, allocation {_fmt(report['gpu_allocation_mean'], '%')}, stranded "
+        f"{_fmt(report['stranded_gpu_fraction_mean'], '%')}, 8-GPU p99 {eight} s, p99 by class {by_class}, "
+        f"preemptions {report['preemptions']}"
+    )
 
 
 def _p99(waits: Any) -> float | None:
