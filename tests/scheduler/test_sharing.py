@@ -372,3 +372,27 @@ async def test_a_job_is_low_priority_by_its_policy_or_flashpoints_metadata(extra
     job = door.plane.submit("e", {}, extra)
     assert job.low_priority is low
     assert (door.plane.endpoint("e").queued_low, len(door.plane.endpoint("e").low_queue)) == (int(low), int(low))
+
+
+async def test_the_free_devices_beside_a_preempted_worker_wait_for_the_preemptor() -> None:
+    # node-a: train's worker holds 2 of 4 H200; big (4 GPUs, normal) preempts it. The other 2 are free, and side (low,
+    # 2 GPUs) waits too: they are kept for big, in this plan and while train's worker stops, or side would take them and
+    # be preempted in turn, for ever
+    door = await open_door("node-a=NVIDIA_H200:4", exit_on_stop=False)
+    register(door, "train", gpu=H200, gpu_count=2, priority="low", preemptible=True)
+    door.submit("train")
+    await door.step()
+    await door.pull(door.worker("train"))
+    register(door, "big", gpu=H200, gpu_count=4)
+    register(door, "side", gpu=H200, gpu_count=2, priority="low", preemptible=True)
+    door.submit("big")
+    door.submit("side")
+    await door.step()
+    assert door.worker("train").state is WorkerState.STOPPING
+    assert door.workers("side") == []  # the two free H200 are big's
+    await door.step(5)  # the victim is still stopping: still big's
+    assert door.workers("side") == [] and door.workers("big") == []
+    assert "preempted" in door.reasons("big")
+    await door.crash(door.worker("train"), -15)
+    await door.step()
+    assert [w.node for w in door.workers("big")] == ["node-a"] and door.workers("side") == []

@@ -420,18 +420,7 @@ class _Turn:
         if isinstance(result, NoFit) or result.reclaim:
             pending = p.pending.get(name)
             if pending:  # a worker stopped for it (yielding, preempted) is stopping: its devices come here
-                coming = pending.pop()
-                self.covered += 1
-                how = "was preempted" if coming.preempted_for is not None else "is yielding"
-                self.waiting.append(
-                    WaitReason(
-                        asks,
-                        Code.PREEMPTED if coming.preempted_for is not None else Code.BUSY,
-                        f"worker {coming.id} of {coming.endpoint} {how} for this endpoint and is stopping; "
-                        "its devices come here",
-                        (coming.endpoint,),
-                    )
-                )
+                self._await_stopping(pending)
                 return False
         if isinstance(result, NoFit):
             preempted = self._preempt()
@@ -446,6 +435,8 @@ class _Turn:
                 p.reclaimed.add(holder.worker_id)
                 p.live[holder.endpoint] -= 1
                 p.reclaims.append(Reclaim(holder.worker_id, holder.endpoint, name))
+            if isinstance(result, Fit):
+                self._reserve(result)
             cpu = isinstance(result, CpuFit)
             self._stop(
                 WaitReason(
@@ -466,6 +457,41 @@ class _Turn:
         p.starts.append(Start(name, result))
         self.new += 1
         return True
+
+    def _reserve(self, fit: Fit) -> None:
+        """The free devices of a fit that waits for workers to stop are this endpoint's for the rest of the plan: no
+        later turn (a lower class) takes them, which would undo the stop and ask for another one next time."""
+        index = self.p.index
+        free = tuple(d for d in fit.devices if index.holder(d) is None)
+        if free:
+            index.hold(free, Holder(_PLANNED, self.ep.spec.key))
+            self.p.planned.append(Fit(fit.candidate, fit.node, free))
+
+    def _await_stopping(self, pending: list[Worker]) -> None:
+        """Workers stopping for this endpoint cover its next worker: the fit their devices make (with free ones beside
+        them, reserved for this plan) when there is one, else the first of them."""
+        p, spec = self.p, self.ep.spec
+        holders = {Holder(w.id, w.endpoint): w for w in pending}
+        fit = place_endpoint(spec, p.index, Yielders(holders), self.limit_refuse, p.sharing.placement)
+        if isinstance(fit, Fit) and fit.reclaim and all(h in holders for h in fit.reclaim):
+            coming = [holders[h] for h in fit.reclaim]
+            self._reserve(fit)
+        else:
+            coming = [pending[-1]]
+        for worker in coming:
+            pending.remove(worker)
+        self.covered += 1
+        first = coming[0]
+        how = "was preempted" if first.preempted_for is not None else "is yielding"
+        self.waiting.append(
+            WaitReason(
+                self.asks,
+                Code.PREEMPTED if first.preempted_for is not None else Code.BUSY,
+                f"worker {', '.join(w.id for w in coming)} of {first.endpoint} {how} for this endpoint and is "
+                "stopping; its devices come here",
+                tuple(sorted({w.endpoint for w in coming})),
+            )
+        )
 
     def _stop(self, *reasons: WaitReason) -> None:
         self.waiting.extend(reasons)
@@ -504,6 +530,7 @@ class _Turn:
         result = place_endpoint(spec, p.index, yielders, self.limit_refuse, p.sharing.placement)
         if not isinstance(result, Fit) or not result.reclaim:
             return None
+        self._reserve(result)
         taken = []
         for holder in result.reclaim:
             p.reclaimed.add(holder.worker_id)
