@@ -130,7 +130,9 @@ def minimum(ep: EndpointState) -> int:
     return 0 if single_use(ep.spec) else ep.spec.workers_min
 
 
-def desired(ep: EndpointState, live: Sequence[Worker], wall: float, oldest: float | None) -> int:
+def desired(
+    ep: EndpointState, live: Sequence[Worker], wall: float, oldest: float | None, jobs: int | None = None
+) -> int:
     """How many live workers the endpoint's scaler wants, clamped to ``[workers_min, workers_max]``.
 
     ``REQUEST_COUNT`` wants ``ceil((queued + running) / scaler_value)``. ``QUEUE_DELAY`` starts the first worker at
@@ -138,13 +140,16 @@ def desired(ep: EndpointState, live: Sequence[Worker], wall: float, oldest: floa
     seconds and no worker is idle or starting. ``live`` are the endpoint's live workers. For a route endpoint,
     queued means requests held for a worker and running means requests in flight. A single-use endpoint wants
     ``queued + running`` (a worker of its own per job; a spent worker is live until its job ends), capped by
-    ``workers_max``, whatever its scaler and minimum.
+    ``workers_max``, whatever its scaler and minimum. ``jobs``: the jobs ``live`` run, when the caller has counted
+    them (the planner's census).
     """
     spec = ep.spec
+    if jobs is None:
+        jobs = sum(len(w.jobs) for w in live)
     if single_use(spec):
-        return min(ep.queued + sum(len(w.jobs) for w in live), spec.workers_max)
+        return min(ep.queued + jobs, spec.workers_max)
     if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
-        running = sum(len(w.jobs) for w in live) + ep.in_flight
+        running = jobs + ep.in_flight
         want = math.ceil((ep.queued + running) / spec.scaler_value)
     else:
         want = len(live)
@@ -213,21 +218,20 @@ def plan(
     why a candidate of an endpoint may not take devices now, reading the index (the plan's own starts are held there).
     ``sharing``: priority classes, fair-share weights and the placement override.
     """
-    # one pass over the workers: each endpoint's live ones, and those that could yield now (named once per plan,
-    # so placement looks at their devices only)
-    stopping = WorkerState.STOPPING  # Worker.live, inlined: this pass reads every worker of the fleet
-    live_of = {
-        name: [w for w in ep.workers.values() if w.state is not stopping and not w.retiring and not w.standby]
-        for name, ep in endpoints.items()
-    }
+    # one pass over the workers: each endpoint's live ones and what they do (its census), the workers stopping to
+    # make room for an endpoint, and the idle ones that could yield now (named once per plan, so placement looks at
+    # their devices only)
+    census = {name: _Census(ep) for name, ep in endpoints.items()}
+    live_of = {name: c.live for name, c in census.items()}
     #: live workers per endpoint, less those this plan reclaims
     live = {name: len(found) for name, found in live_of.items()}
+    idle_state = WorkerState.IDLE
     idle = [
         Holder(w.id, w.endpoint)
         for name, found in live_of.items()
-        if not endpoints[name].queued and live[name] > minimum(endpoints[name])  # else none of them yields
+        if census[name].idle and not endpoints[name].queued and live[name] > minimum(endpoints[name])
         for w in found
-        if yieldable(w, endpoints[name], live[name])
+        if w.state is idle_state and yieldable(w, endpoints[name], live[name])
     ]
     reclaimed: set[str] = set()
 
@@ -240,16 +244,11 @@ def plan(
     p.idle = idle
     p.idle_ranks = {h: sharing.rank(endpoints[h.endpoint].spec) for h in idle}
     p.still_yields = still_yields
-    # the live workers a higher class may preempt (queue endpoints marked preemptible), and the workers already
-    # stopping because they were preempted, per endpoint they make room for
-    for name, ep in endpoints.items():
-        spec = ep.spec
-        if spec.preemptible and not spec.serves_routes:
-            rank = sharing.rank(spec)
-            p.preemptible.extend((rank, Holder(w.id, name)) for w in live_of[name])
-        for w in ep.workers.values():
-            if w.stopping_for is not None and w.state is stopping:
-                p.pending.setdefault(w.stopping_for, []).append(w)
+    p.endpoints = endpoints
+    p.census = census
+    for c in census.values():  # the workers stopping to make room, per endpoint they make it for
+        for w in c.stopping_for:
+            p.pending.setdefault(w.stopping_for or "", []).append(w)
     fair = len({ep.spec.app for ep in endpoints.values()}) > 1  # fair share is between apps
     held = app_holdings(endpoints, index) if fair else {}
     turns = [_Turn(ep, p) for ep in endpoints.values()]
@@ -276,6 +275,42 @@ def plan(
     return Plan(tuple(p.starts), tuple(p.reclaims), waiting, tuple(p.preempts))
 
 
+class _Census:
+    """One endpoint's workers as a plan reads them, counted in one pass: the live ones (not stopping, retiring or
+    standby) with the jobs they run and how many are busy, starting, idle, or busy or starting; and the stopping ones
+    that make room for an endpoint."""
+
+    __slots__ = ("busy", "engaged", "idle", "jobs", "live", "starting", "stopping_for")
+
+    def __init__(self, ep: EndpointState) -> None:
+        stopping, starting_state, idle_state = WorkerState.STOPPING, WorkerState.STARTING, WorkerState.IDLE
+        self.live: list[Worker] = []
+        self.stopping_for: list[Worker] = []
+        jobs = busy = starting = idle = engaged = 0
+        for w in ep.workers.values():
+            state = w.state
+            if state is stopping:
+                if w.stopping_for is not None:
+                    self.stopping_for.append(w)
+                continue
+            if w.retiring or w.standby:
+                continue
+            self.live.append(w)
+            held = len(w.jobs)
+            jobs += held
+            is_starting = state is starting_state
+            if is_starting:
+                starting += 1
+            elif state is idle_state:
+                idle += 1
+            if held or w.in_flight:
+                busy += 1
+                engaged += 1
+            elif is_starting:
+                engaged += 1
+        self.jobs, self.busy, self.starting, self.idle, self.engaged = jobs, busy, starting, idle, engaged
+
+
 @dataclass(slots=True)
 class _Pass:
     """What one planning pass carries from endpoint to endpoint."""
@@ -300,8 +335,10 @@ class _Pass:
     idle: list[Holder] = field(default_factory=list)
     idle_ranks: dict[Holder, int] = field(default_factory=dict)
     still_yields: Callable[[Holder], bool] = lambda holder: False
-    #: (class rank, holder) of every live worker of a preemptible queue endpoint
-    preemptible: list[tuple[int, Holder]] = field(default_factory=list)
+    endpoints: Mapping[str, EndpointState] = field(default_factory=dict)
+    census: Mapping[str, _Census] = field(default_factory=dict)
+    #: (class rank, holder) of every live worker of a preemptible queue endpoint: built when a turn first needs it
+    preemptible: list[tuple[int, Holder]] | None = None
     #: per endpoint, workers stopping to give their devices to it (idle yields, preemptions)
     pending: dict[str, list[Worker]] = field(default_factory=dict)
     preempts: list[Preempt] = field(default_factory=list)
@@ -351,7 +388,8 @@ class _Turn:
         self.ep, self.p = ep, p
         self.asks = spec.describe_gpu()
         self.waiting: list[WaitReason] = []
-        self.want = desired(ep, p.live_of[name], p.wall, p.oldest.get(name))
+        census = p.census[name]
+        self.want = desired(ep, census.live, p.wall, p.oldest.get(name), census.jobs)
         self.live = p.live[name]
         self.holding = len(ep.workers)  # stopping workers still hold devices
         staged = ep.staged
@@ -516,6 +554,13 @@ class _Turn:
         may yield) whose devices make a fit, in declared order. They are preempted (the idle ones reclaimed), and the
         reason says so; None when no such fit exists."""
         p, spec, name = self.p, self.ep.spec, self.ep.spec.key
+        if p.preemptible is None:
+            p.preemptible = [
+                (p.sharing.rank(ep.spec), Holder(w.id, name))
+                for name, ep in p.endpoints.items()
+                if ep.spec.preemptible and not ep.spec.serves_routes
+                for w in p.live_of[name]
+            ]
         victims = [h for rank, h in p.preemptible if rank < self.rank and h.worker_id not in p.reclaimed]
         if not victims or not spec.uses_gpu:
             return None
@@ -554,11 +599,22 @@ class _Turn:
         name, asks = spec.key, self.asks
         if self.waiting or not ep.queued:
             return tuple(self.waiting)
-        running = [w for w in p.live_of[name] if w.id not in p.reclaimed]
-        starting = self.new > 0 or any(w.state is WorkerState.STARTING for w in running)
-        busy = all(w.jobs or w.in_flight or w.state is WorkerState.STARTING for w in running) and any(
-            w.jobs or w.in_flight for w in running
-        )
+        census = p.census[name]
+        if p.live[name] == len(census.live):  # none of its workers was reclaimed: the census's counts hold
+            count, busy_count, starting_count, engaged = (
+                len(census.live),
+                census.busy,
+                census.starting,
+                census.engaged,
+            )
+        else:
+            running = [w for w in census.live if w.id not in p.reclaimed]
+            count = len(running)
+            busy_count = sum(1 for w in running if w.jobs or w.in_flight)
+            starting_count = sum(1 for w in running if w.state is WorkerState.STARTING)
+            engaged = sum(1 for w in running if w.jobs or w.in_flight or w.state is WorkerState.STARTING)
+        starting = self.new > 0 or starting_count > 0
+        busy = engaged == count and busy_count > 0
         if self.live + self.new >= spec.workers_max and busy:
             return (
                 WaitReason(
@@ -569,7 +625,7 @@ class _Turn:
             )
         if starting:
             return (WaitReason(asks, Code.WORKER_STARTING, "a worker is starting"),)
-        if running and all(w.jobs or w.in_flight for w in running):
+        if count and busy_count == count:
             unit = "s of queueing" if spec.scaler_type is ServerlessScalerType.QUEUE_DELAY else " jobs per worker"
             return (
                 WaitReason(
