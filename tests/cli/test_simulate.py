@@ -4,6 +4,7 @@ the table for people, and bad options refused."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -47,7 +48,14 @@ def test_timed_json_has_the_issues_keys(tmp_path: Path) -> None:
 
 def test_the_table_and_no_priorities(tmp_path: Path) -> None:
     out = simulate(tmp_path, "--mode", "timed", "--arrivals", "30", "--no-priorities")["text"]
-    assert "timed replay, policy first" in str(out) and "class normal" in str(out) and "class high" not in str(out)
+    assert "timed replay, policy pack" in str(out) and "class normal" in str(out) and "class high" not in str(out)
+
+
+def test_the_plane_lines_are_quiet_only_while_it_replays(tmp_path: Path) -> None:
+    logger = logging.getLogger("flashpoint")
+    before = logger.level
+    simulate(tmp_path, "--arrivals", "30")
+    assert logger.level == before  # an in-process run leaves the plane's warnings on for what runs next
 
 
 def test_bad_options_are_refused(tmp_path: Path) -> None:

@@ -463,7 +463,7 @@ def test_rc2s_client_calls_a_served_rc2_app_file(rc2_venv: Rc2Venv, server: Serv
     assert options["result"] == {"app": "beta", "text": "opt"}
     job = job_data(server.data / "jobs.db", options["id"])
     assert job["execution_timeout_ms"] == 60000 and job["ttl_ms"] == 600000
-    assert job["extra"]["flashpoint"]["low_priority"] is True
+    assert job["low_priority"] is True
 
     # the sibling call went from relay's worker, with its caller key, to this server's alpha.default.embed
     assert got["sibling"] == {

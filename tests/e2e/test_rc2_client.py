@@ -325,5 +325,5 @@ def test_rc2s_client_calls_deployed_apps_through_the_sentinel_routes(
     assert options["result"] == "hello"
     job = job_data(server.db, options["id"])
     assert job["execution_timeout_ms"] == 60000 and job["ttl_ms"] == 600000
-    assert job["extra"]["flashpoint"]["low_priority"] is True
+    assert job["low_priority"] is True
     assert job["extra"]["policy"] == {"executionTimeout": 60000, "ttl": 600000, "lowPriority": True}

@@ -39,6 +39,9 @@ PENDING_ENDPOINT_OPTIONS: dict[str, str] = {}
 FLASHPOINT_ONLY_OPTIONS = {
     "worker_command": "flashpoint-only: a worker that runs a local command",
     "worker_cwd": "flashpoint-only: worker_command's working directory",
+    "priority": "flashpoint-only: the endpoint's priority class on a shared fleet (decision 0115)",
+    "preemptible": "flashpoint-only: a higher class may stop its running workers (decision 0115)",
+    "placement": "flashpoint-only: pack (best fit) or spread its workers over nodes (decision 0115)",
 }
 
 #: GpuGroup pools where the seed (flashpoint's authority for GPU membership) and Flash's POOLS_TO_TYPES differ

@@ -28,7 +28,10 @@ def simulate(
     trace: Annotated[
         str, typer.Option("--trace", help="The trace: an openb pod list (CSV) or flashpoint's trace format (CSV).")
     ],
-    policy: Annotated[str, typer.Option("--policy", help=f"The plane's node choice: {', '.join(POLICIES)}.")] = "first",
+    policy: Annotated[
+        str,
+        typer.Option("--policy", help=f"The plane's node choice: {', '.join(POLICIES)} (pack: the plane's default)."),
+    ] = "pack",
     mode: Annotated[
         str,
         typer.Option(
@@ -70,8 +73,14 @@ def simulate(
     sim_fleet = load_sim_fleet(fleet)
     tasks = read_trace(trace, skip_fractional=skip_fractional, priorities=not no_priorities)
     # the plane's own lines (workers starting and stopping, by the thousand) are not this command's output
-    logging.getLogger("flashpoint").setLevel(logging.ERROR)
-    report = run_replay(sim_fleet, tasks, options)
+    # (the level is put back after: a command run in-process, as the tests run it, leaves no state behind)
+    logger = logging.getLogger("flashpoint")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        report = run_replay(sim_fleet, tasks, options)
+    finally:
+        logger.setLevel(level)
     if as_json:
         print_json(report)
         return

@@ -28,9 +28,7 @@ from flashpoint.spec import EndpointSpec
 class PlaneReads:
     """The read-only verbs of the plane, over its ``state``; ``plan`` says what a reconcile would do now."""
 
-    def __init__(
-        self, state: PlaneState, *, plan: Callable[[], planner.Plan], quotas: QuotaGate | None = None
-    ) -> None:
+    def __init__(self, state: PlaneState, *, plan: Callable[[], planner.Plan], quotas: QuotaGate | None = None) -> None:
         """``quotas``: the plane's, whose use an explanation notes, and which may hold a queued job back."""
         self._state = state
         self._plan = plan

@@ -105,7 +105,8 @@ class Shape:
 @dataclass(frozen=True, slots=True)
 class ReplayOptions:
     mode: str = "fill"
-    policy: str = "first"
+    #: the plane's own default (best fit)
+    policy: str = "pack"
     #: timed mode: offered demand as a share of the fleet
     load: float = 0.9
     seed: int = 0
