@@ -67,7 +67,7 @@ def test_redeclaring_retires_every_worker_stops_the_idle_ones_and_forgets_the_ba
     r.registry.register(spec, TARGET, code_file="/tmp/old.pickle")
     ep = r.state.endpoints["e"]
     idle, busy = add_worker(r.state, ep, WorkerState.IDLE), add_worker(r.state, ep, WorkerState.RUNNING)
-    busy.jobs.add("a-job")
+    busy.jobs = busy.jobs | {"a-job"}
     ep.start_failures, ep.next_start_at = 3, 99.0
     assert r.registry.redeclare(spec, TARGET) == 2
     assert idle.retiring and busy.retiring and r.stopped == [idle.id]  # the busy one stops after its job

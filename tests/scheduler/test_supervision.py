@@ -91,7 +91,7 @@ class Supervised:
         book = self.state.book
         job = book.create(self.ep, {}, None, execution_timeout_ms=None, ttl_ms=None, size=0)
         book.taken(job, worker.id, worker.placement())
-        worker.jobs.add(job.id)
+        worker.jobs = worker.jobs | {job.id}
         worker.state = WorkerState.RUNNING
         return job
 
@@ -144,12 +144,12 @@ async def test_after_its_last_job_a_worker_is_idle_and_a_retiring_one_stops(tmp_
     s = Supervised(tmp_path)
     worker = await s.start()
     job = s.running(worker)
-    worker.jobs.discard(job.id)
+    worker.jobs = worker.jobs - {job.id}
     s.state.clock.advance(2.0)
     s.supervision.after_job(worker)
     assert worker.state is WorkerState.IDLE and worker.idle_since == s.state.clock.monotonic()
     other = s.running(worker)
-    worker.jobs.discard(other.id)
+    worker.jobs = worker.jobs - {other.id}
     s.supervision.after_job(worker, stop_pod=True)  # the handler asked for stopPod
     await s.supervision.supervisor.settle()
     assert s.backend.stopped == [worker.id] and worker.id not in s.state.workers

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from flashpoint.explain import Code, OtherProcess, WaitReason
@@ -29,7 +29,7 @@ from flashpoint.gpus import ANY_GPU, Candidate, describe
 from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
 from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit, Yielders, place_endpoint
 from flashpoint.scheduler.placement.index import FleetIndex
-from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
+from flashpoint.scheduler.records import Census, EndpointState, Worker, WorkerState
 from flashpoint.spec import PRIORITY_CLASSES, EndpointSpec, ServerlessScalerType
 
 #: the holder of devices a plan gives a worker it has not started yet (never seen outside ``plan``)
@@ -131,7 +131,7 @@ def minimum(ep: EndpointState) -> int:
 
 
 def desired(
-    ep: EndpointState, live: Sequence[Worker], wall: float, oldest: float | None, jobs: int | None = None
+    ep: EndpointState, live: Collection[Worker], wall: float, oldest: float | None, census: Census | None = None
 ) -> int:
     """How many live workers the endpoint's scaler wants, clamped to ``[workers_min, workers_max]``.
 
@@ -140,12 +140,11 @@ def desired(
     seconds and no worker is idle or starting. ``live`` are the endpoint's live workers. For a route endpoint,
     queued means requests held for a worker and running means requests in flight. A single-use endpoint wants
     ``queued + running`` (a worker of its own per job; a spent worker is live until its job ends), capped by
-    ``workers_max``, whatever its scaler and minimum. ``jobs``: the jobs ``live`` run, when the caller has counted
-    them (the planner's census).
+    ``workers_max``, whatever its scaler and minimum. ``census``: the endpoint's (``live`` are its live workers),
+    whose counts are read instead of the workers.
     """
     spec = ep.spec
-    if jobs is None:
-        jobs = sum(len(w.jobs) for w in live)
+    jobs = sum(len(w.jobs) for w in live) if census is None else census.jobs
     if single_use(spec):
         return min(ep.queued + jobs, spec.workers_max)
     if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
@@ -154,8 +153,11 @@ def desired(
     else:
         want = len(live)
         if ep.queued:
-            starting = any(w.state is WorkerState.STARTING for w in live)
-            idle = any(w.state is WorkerState.IDLE for w in live)
+            if census is None:
+                starting = any(w.state is WorkerState.STARTING for w in live)
+                idle = any(w.state is WorkerState.IDLE for w in live)
+            else:
+                starting, idle = census.starting > 0, bool(census.idle)
             if not live:
                 want = 1
             elif not starting and not idle and oldest is not None and wall - oldest >= spec.scaler_value:
@@ -218,20 +220,17 @@ def plan(
     why a candidate of an endpoint may not take devices now, reading the index (the plan's own starts are held there).
     ``sharing``: priority classes, fair-share weights and the placement override.
     """
-    # one pass over the workers: each endpoint's live ones and what they do (its census), the workers stopping to
-    # make room for an endpoint, and the idle ones that could yield now (named once per plan, so placement looks at
-    # their devices only)
-    census = {name: _Census(ep) for name, ep in endpoints.items()}
-    live_of = {name: c.live for name, c in census.items()}
+    # each endpoint's workers as its census counts them (kept as they change: a plan reads no worker it need not),
+    # and the idle ones that could yield now (named once per plan, so placement looks at their devices only)
+    census = {name: ep.workers.census for name, ep in endpoints.items()}
     #: live workers per endpoint, less those this plan reclaims
-    live = {name: len(found) for name, found in live_of.items()}
-    idle_state = WorkerState.IDLE
+    live = {name: len(c.live) for name, c in census.items()}
     idle = [
         Holder(w.id, w.endpoint)
-        for name, found in live_of.items()
-        if census[name].idle and not endpoints[name].queued and live[name] > minimum(endpoints[name])
-        for w in found
-        if w.state is idle_state and yieldable(w, endpoints[name], live[name])
+        for name, c in census.items()
+        if c.idle and not endpoints[name].queued and live[name] > minimum(endpoints[name])
+        for w in c.idle.values()
+        if yieldable(w, endpoints[name], live[name])
     ]
     reclaimed: set[str] = set()
 
@@ -239,7 +238,7 @@ def plan(
         owner = endpoints[holder.endpoint]
         return holder.worker_id not in reclaimed and live[holder.endpoint] > minimum(owner)
 
-    p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, live_of, [], [], limit)
+    p = _Pass(index, now, wall, oldest, Yielders(idle, still_yields), [], [], reclaimed, live, [], [], limit)
     p.sharing = sharing
     p.idle = idle
     p.idle_ranks = {h: sharing.rank(endpoints[h.endpoint].spec) for h in idle}
@@ -247,7 +246,7 @@ def plan(
     p.endpoints = endpoints
     p.census = census
     for c in census.values():  # the workers stopping to make room, per endpoint they make it for
-        for w in c.stopping_for:
+        for w in c.stopping_for.values():
             p.pending.setdefault(w.stopping_for or "", []).append(w)
     fair = len({ep.spec.app for ep in endpoints.values()}) > 1  # fair share is between apps
     held = app_holdings(endpoints, index) if fair else {}
@@ -275,42 +274,6 @@ def plan(
     return Plan(tuple(p.starts), tuple(p.reclaims), waiting, tuple(p.preempts))
 
 
-class _Census:
-    """One endpoint's workers as a plan reads them, counted in one pass: the live ones (not stopping, retiring or
-    standby) with the jobs they run and how many are busy, starting, idle, or busy or starting; and the stopping ones
-    that make room for an endpoint."""
-
-    __slots__ = ("busy", "engaged", "idle", "jobs", "live", "starting", "stopping_for")
-
-    def __init__(self, ep: EndpointState) -> None:
-        stopping, starting_state, idle_state = WorkerState.STOPPING, WorkerState.STARTING, WorkerState.IDLE
-        self.live: list[Worker] = []
-        self.stopping_for: list[Worker] = []
-        jobs = busy = starting = idle = engaged = 0
-        for w in ep.workers.values():
-            state = w.state
-            if state is stopping:
-                if w.stopping_for is not None:
-                    self.stopping_for.append(w)
-                continue
-            if w.retiring or w.standby:
-                continue
-            self.live.append(w)
-            held = len(w.jobs)
-            jobs += held
-            is_starting = state is starting_state
-            if is_starting:
-                starting += 1
-            elif state is idle_state:
-                idle += 1
-            if held or w.in_flight:
-                busy += 1
-                engaged += 1
-            elif is_starting:
-                engaged += 1
-        self.jobs, self.busy, self.starting, self.idle, self.engaged = jobs, busy, starting, idle, engaged
-
-
 @dataclass(slots=True)
 class _Pass:
     """What one planning pass carries from endpoint to endpoint."""
@@ -324,7 +287,6 @@ class _Pass:
     reclaims: list[Reclaim]
     reclaimed: set[str]
     live: dict[str, int]
-    live_of: dict[str, list[Worker]]
     planned: list[Fit]
     #: the holders of the CPU slots planned (one each: a holder reserves one slot)
     planned_cpus: list[Holder]
@@ -336,7 +298,7 @@ class _Pass:
     idle_ranks: dict[Holder, int] = field(default_factory=dict)
     still_yields: Callable[[Holder], bool] = lambda holder: False
     endpoints: Mapping[str, EndpointState] = field(default_factory=dict)
-    census: Mapping[str, _Census] = field(default_factory=dict)
+    census: Mapping[str, Census] = field(default_factory=dict)
     #: (class rank, holder) of every live worker of a preemptible queue endpoint: built when a turn first needs it
     preemptible: list[tuple[int, Holder]] | None = None
     #: per endpoint, workers stopping to give their devices to it (idle yields, preemptions)
@@ -349,9 +311,9 @@ def _yield_elsewhere(
 ) -> None:
     """Reclaim the idle workers (above their endpoint's minimum, not reclaimed already) that hold a device another
     process waits for."""
-    for name, found in p.live_of.items():
+    for name, c in p.census.items():
         ep = endpoints[name]
-        for worker in found:
+        for worker in list(c.idle.values()):
             if worker.id in p.reclaimed or not yieldable(worker, ep, p.live[name]):
                 continue
             process = next((wanted[d.key] for d in worker.devices if d.key in wanted), None)
@@ -389,7 +351,7 @@ class _Turn:
         self.asks = spec.describe_gpu()
         self.waiting: list[WaitReason] = []
         census = p.census[name]
-        self.want = desired(ep, census.live, p.wall, p.oldest.get(name), census.jobs)
+        self.want = desired(ep, census.live.values(), p.wall, p.oldest.get(name), census)
         self.live = p.live[name]
         self.holding = len(ep.workers)  # stopping workers still hold devices
         staged = ep.staged
@@ -559,7 +521,7 @@ class _Turn:
                 (p.sharing.rank(ep.spec), Holder(w.id, name))
                 for name, ep in p.endpoints.items()
                 if ep.spec.preemptible and not ep.spec.serves_routes
-                for w in p.live_of[name]
+                for w in p.census[name].live.values()
             ]
         victims = [h for rank, h in p.preemptible if rank < self.rank and h.worker_id not in p.reclaimed]
         if not victims or not spec.uses_gpu:
@@ -608,7 +570,7 @@ class _Turn:
                 census.engaged,
             )
         else:
-            running = [w for w in census.live if w.id not in p.reclaimed]
+            running = [w for w in census.live.values() if w.id not in p.reclaimed]
             count = len(running)
             busy_count = sum(1 for w in running if w.jobs or w.in_flight)
             starting_count = sum(1 for w in running if w.state is WorkerState.STARTING)

@@ -137,7 +137,7 @@ class WorkerProtocol:
 
     def _assign(self, job: Job, worker: Worker) -> None:
         self._book.taken(job, worker.id, worker.placement())
-        worker.jobs.add(job.id)
+        worker.jobs = worker.jobs | {job.id}
         worker.unnamed.pop(job.id, None)
         if job.id in worker.to_stop:  # a stop meant for an earlier run of this job must not end this one
             worker.to_stop.remove(job.id)
@@ -157,7 +157,7 @@ class WorkerProtocol:
             if job.status is JobStatus.IN_PROGRESS:
                 self._complete(job, body)
         if worker is not None:
-            worker.jobs.discard(job_id)
+            worker.jobs = worker.jobs - {job_id}
             self._after_job(worker, isinstance(body, dict) and bool(body.get("stopPod")))
 
     def output_too_large(self, endpoint: str, worker_id: str, job_id: str, limit: int) -> None:
@@ -247,7 +247,7 @@ class WorkerProtocol:
 def signal_stop(worker: Worker, job_id: str) -> None:
     """Tell the worker (through its job-stop long-poll) to stop ``job_id``; the job is no longer its own."""
     worker.to_stop.append(job_id)
-    worker.jobs.discard(job_id)
+    worker.jobs = worker.jobs - {job_id}
     wake(worker)
 
 

@@ -33,6 +33,14 @@ class WorkerState(str, Enum):
         return self.value
 
 
+#: the ``Worker`` fields its endpoint's census counts: setting one moves the worker in it
+_COUNTED = frozenset({"state", "jobs", "in_flight", "retiring", "standby", "stopping_for"})
+_STOPPING, _STARTING, _IDLE = WorkerState.STOPPING, WorkerState.STARTING, WorkerState.IDLE
+#: a worker's part in a census: (live, jobs, busy, starting, engaged); live False for one that is not counted
+_Part = tuple[bool, int, int, int, int]
+_NOT_LIVE: _Part = (False, 0, 0, 0, 0)
+
+
 @dataclass(slots=True, eq=False)
 class Worker:
     id: str
@@ -44,7 +52,8 @@ class Worker:
     idle_since: float
     last_exchange: float
     state: WorkerState = WorkerState.STARTING
-    jobs: set[str] = field(default_factory=set)
+    #: the jobs it runs (replaced, never changed in place: its endpoint's census counts them as they are set)
+    jobs: frozenset[str] = frozenset()
     #: job ids to hand to the worker's job-stop long-poll
     to_stop: list[str] = field(default_factory=list)
     stop_waiter: asyncio.Future[None] | None = None
@@ -83,6 +92,18 @@ class Worker:
     #: stopped to give its devices to this endpoint (an idle yield or a preemption): while it stops, its devices count
     #: as coming to that endpoint, so no other worker is stopped for the same start
     stopping_for: str | None = None
+    #: the census of the endpoint whose ``workers`` holds it (``WorkerSet``), which it keeps true as it changes
+    census: Census | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _COUNTED:
+            census = getattr(self, "census", None)  # (unset while the dataclass's __init__ runs)
+            if census is not None:
+                before = census.part(self)
+                object.__setattr__(self, name, value)
+                census.moved(self, before)
+                return
+        object.__setattr__(self, name, value)
 
     @property
     def live(self) -> bool:
@@ -192,7 +213,8 @@ class EndpointState:
     #: a route endpoint's requests handed to its workers and not yet answered (the REQUEST_COUNT scaler's load)
     in_flight: int = 0
     takers: deque[Taker] = field(default_factory=deque)
-    workers: dict[str, Worker] = field(default_factory=dict)
+    #: its workers by id, counted as they come, change and go (``workers.census``)
+    workers: WorkerSet = field(default_factory=lambda: WorkerSet())
     #: why the last reconcile could not give this endpoint the workers it wants
     waiting: tuple[WaitReason, ...] = ()
     never: NoFit | None = None
@@ -213,4 +235,104 @@ class EndpointState:
     staged: Staged | None = None
 
     def live_workers(self) -> list[Worker]:
-        return [w for w in self.workers.values() if w.live]
+        return list(self.workers.census.live.values())
+
+
+class Census:
+    """An endpoint's workers as the planner reads them, kept up to date as they change (``Worker.__setattr__``) and
+    as they join and leave the endpoint (``WorkerSet``), so a plan reads counts instead of every worker: the live
+    ones (not stopping, retiring or standby) by id, the idle ones among them, the jobs they run and how many are
+    busy (a job or a request in flight), starting, or engaged (busy or starting); and the stopping workers that make
+    room for an endpoint (``stopping_for``), in the order they began to stop."""
+
+    __slots__ = ("busy", "engaged", "idle", "jobs", "live", "starting", "stopping_for")
+
+    def __init__(self) -> None:
+        #: live workers by id, in the order they became live (registration, for all but a rollout's standby ones)
+        self.live: dict[str, Worker] = {}
+        self.idle: dict[str, Worker] = {}
+        self.stopping_for: dict[str, Worker] = {}
+        self.jobs = self.busy = self.starting = self.engaged = 0
+
+    @staticmethod
+    def part(w: Worker) -> _Part:
+        """What ``w`` adds to the counts, from its fields as they are."""
+        state = w.state
+        if state is _STOPPING or w.retiring or w.standby:
+            return _NOT_LIVE
+        busy = 1 if w.jobs or w.in_flight else 0
+        starting = 1 if state is _STARTING else 0
+        return (True, len(w.jobs), busy, starting, 1 if busy or starting else 0)
+
+    def moved(self, w: Worker, before: _Part) -> None:
+        """``w`` changed a counted field; ``before`` was its part until then."""
+        after = self.part(w)
+        if before[0] != after[0]:
+            if after[0]:
+                self.live[w.id] = w
+            else:
+                self.live.pop(w.id, None)
+        self.jobs += after[1] - before[1]
+        self.busy += after[2] - before[2]
+        self.starting += after[3] - before[3]
+        self.engaged += after[4] - before[4]
+        state = w.state
+        if after[0] and state is _IDLE:
+            self.idle.setdefault(w.id, w)
+        else:
+            self.idle.pop(w.id, None)
+        if state is _STOPPING and w.stopping_for is not None:
+            self.stopping_for.setdefault(w.id, w)
+        else:
+            self.stopping_for.pop(w.id, None)
+
+    def enter(self, w: Worker) -> None:
+        self.moved(w, _NOT_LIVE)
+
+    def leave(self, w: Worker) -> None:
+        before = self.part(w)
+        self.live.pop(w.id, None)
+        self.jobs -= before[1]
+        self.busy -= before[2]
+        self.starting -= before[3]
+        self.engaged -= before[4]
+        self.idle.pop(w.id, None)
+        self.stopping_for.pop(w.id, None)
+
+
+class WorkerSet(dict[str, "Worker"]):
+    """An endpoint's workers by id, with their ``census``: a worker set in joins it (and is counted from then on as
+    it changes), one popped or deleted leaves it."""
+
+    __slots__ = ("census",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.census = Census()
+
+    def __setitem__(self, key: str, worker: Worker) -> None:
+        old = self.get(key)
+        if old is not None:
+            self._leave(old)
+        super().__setitem__(key, worker)
+        worker.census = self.census
+        self.census.enter(worker)
+
+    def __delitem__(self, key: str) -> None:
+        self._leave(self[key])
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        worker = self.get(key)
+        if worker is not None:
+            self._leave(worker)
+        return super().pop(key, *default)
+
+    def _leave(self, worker: Worker) -> None:
+        self.census.leave(worker)
+        worker.census = None
+
+    def _refused(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("add or remove an endpoint's workers one at a time (workers[id] = w, workers.pop(id))")
+
+    update = setdefault = popitem = clear = __ior__ = _refused  # type: ignore[assignment]
