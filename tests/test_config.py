@@ -24,6 +24,12 @@ def test_the_environment_build_timeout() -> None:
     assert env_build_timeout_s({}) == 1200.0
 
 
+def test_the_keep_warm_default() -> None:
+    assert Settings.load(env={}).idle_timeout_auto is False
+    assert Settings.load(env={"FLASHPOINT_IDLE_TIMEOUT": "60"}).idle_timeout_auto is False
+    assert Settings.load(env={"FLASHPOINT_IDLE_TIMEOUT": " Auto "}).idle_timeout_auto is True
+
+
 def test_ray_settings() -> None:
     settings = Settings.load(
         env={
@@ -50,6 +56,7 @@ def test_ray_settings() -> None:
         ("FLASHPOINT_ENV_BUILD_TIMEOUT_S", "-5", "must not be negative"),
         ("FLASHPOINT_ENV_BUILD_TIMEOUT_S", "0", "more than 0, e.g. 1200"),
         ("FLASHPOINT_ENV_BUILD_TIMEOUT_S", "nan", "more than 0"),
+        ("FLASHPOINT_IDLE_TIMEOUT", "120", "must be 'auto' \\(size keep-warm from traffic\\) or unset; got '120'"),
     ],
 )
 def test_bad_values_say_what_to_write(name: str, value: str, message: str) -> None:

@@ -48,6 +48,7 @@ ORDER = (
     "config",
     "gpus",
     "access",
+    "scaling",
     # the core, with the vocabulary that stands on its lower packages
     "environments",
     "jobs",
@@ -74,7 +75,7 @@ ORDER = (
 #: each unit's tier, as the map's layer table names it
 TIERS = {
     **dict.fromkeys(("errors", "clock", "_version", "private", "terminal", "explain", "flashtypes"), "vocabulary"),
-    **dict.fromkeys(("config", "gpus", "access", "jobs", "spec"), "vocabulary"),
+    **dict.fromkeys(("config", "gpus", "access", "scaling", "jobs", "spec"), "vocabulary"),
     **dict.fromkeys(("environments", "wire", "fleet", "store", "backends", "scheduler", "flash", "worker"), "core"),
     **dict.fromkeys(("sdk", "runpodapps", "flashpoint"), "sdk"),
     **dict.fromkeys(("api", "hosting", "simulation", "dev", "cli", "__main__"), "edge"),

@@ -49,6 +49,7 @@ COVERED_BY = {
     "flashpoint.cli.serve": "cli/test_serve_keys.py",
     "flashpoint.cli.status": "cli/test_cli_inert.py",
     "flashpoint.scheduler.quotagate": "scheduler/test_engine_quotas.py",
+    "flashpoint.scheduler.signals": "scheduler/test_scalers.py",
     "flashpoint.cli.target": "cli/test_cli_planes.py",
     "flashpoint.clock": "scheduler/test_engine_jobs.py",
     "flashpoint.dev.app": "dev/test_devserver.py",

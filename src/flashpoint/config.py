@@ -70,6 +70,9 @@ class Settings:
     route_ready_timeout_s: float = 600.0
     #: FLASHPOINT_PREEMPT_GRACE_S: how long a preempted worker has to stop before it is killed (decision 0115)
     preempt_grace_s: float = 30.0
+    #: FLASHPOINT_IDLE_TIMEOUT: ``auto`` sizes the keep-warm window of every endpoint that sets no ``idle_timeout``
+    #: from its traffic (``idle_timeout="auto"``); unset (or ``60``): Flash's fixed 60 s (decision 0119)
+    idle_timeout_auto: bool = False
     #: FLASHPOINT_DASHBOARD: 0 turns the embedded server's web dashboard off (its page at ``/`` and the line on stderr
     #: that names its URL); ``flashpoint serve`` always serves it
     dashboard: bool = True
@@ -116,6 +119,7 @@ class Settings:
             route_wait_s=_seconds(env, "FLASHPOINT_ROUTE_WAIT_S", 60.0),
             route_ready_timeout_s=_seconds(env, "FLASHPOINT_ROUTE_READY_TIMEOUT_S", 600.0),
             preempt_grace_s=_seconds(env, "FLASHPOINT_PREEMPT_GRACE_S", 30.0),
+            idle_timeout_auto=_idle_timeout_auto(env),
             dashboard=_flag(env, "FLASHPOINT_DASHBOARD") if (env.get("FLASHPOINT_DASHBOARD") or "").strip() else True,
             env_build_timeout_s=env_build_timeout_s(env),
         )
@@ -135,6 +139,16 @@ def env_build_timeout_s(env: Mapping[str, str] | None = None) -> float:
             f"{DEFAULT_ENV_BUILD_TIMEOUT_S:g}; got {env.get('FLASHPOINT_ENV_BUILD_TIMEOUT_S')!r}"
         )
     return value
+
+
+def _idle_timeout_auto(env: Mapping[str, str]) -> bool:
+    text = (env.get("FLASHPOINT_IDLE_TIMEOUT") or "").strip().lower()
+    if text in ("", "60"):
+        return False
+    if text == "auto":
+        return True
+    given = env.get("FLASHPOINT_IDLE_TIMEOUT")
+    raise ConfigError(f"FLASHPOINT_IDLE_TIMEOUT must be 'auto' (size keep-warm from traffic) or unset; got {given!r}")
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

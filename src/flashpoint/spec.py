@@ -18,6 +18,7 @@ from typing import Any
 from flashpoint.errors import InvalidEndpointError, UnknownGPUError
 from flashpoint.flashtypes import CpuInstanceType, CudaVersion, DataCenter, NetworkVolume, PodTemplate, cuda_tuple
 from flashpoint.gpus import Candidate, GpuGroup, candidates, describe
+from flashpoint.scaling import OPTIONS as SCALING_OPTIONS, Scaling, scaling
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 OPTIONS = (
@@ -47,6 +48,7 @@ OPTIONS = (
     "priority",
     "preemptible",
     "placement",
+    *SCALING_OPTIONS,
 )
 #: the priority classes every plane knows, highest first (a server may define more: ``PlaneSettings.priority_classes``)
 PRIORITY_CLASSES = {"high": 2, "normal": 1, "low": 0}
@@ -263,6 +265,9 @@ class EndpointSpec:
     workers_min: int = 0
     workers_max: int = 1
     idle_timeout_s: float = 60.0
+    #: ``idle_timeout="auto"``: True (its window is sized from its traffic); a number given: False; not given: None
+    #: (the server's default decides: ``PlaneSettings.idle_timeout_auto``)
+    idle_auto: bool | None = None
     execution_timeout_ms: int = 0
     max_concurrency: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
@@ -304,6 +309,8 @@ class EndpointSpec:
     preemptible: bool = False
     #: ``placement=``: "pack" (best fit, the default) or "spread" (the node with the most free devices)
     placement: str = "pack"
+    #: flashpoint's scalers beside ``scaler_type`` (latency, concurrency, a schedule of minimums, a user function)
+    scaling: Scaling = field(default_factory=Scaling)
 
     @property
     def key(self) -> str:
@@ -523,8 +530,14 @@ def build_spec(options: dict[str, Any], *, named_later: bool = False) -> Endpoin
         raise invalid(name, "gpu_count needs a GPU endpoint; drop gpu_count or replace cpu=... with gpu=...")
     low, high = _workers(name, options.get("workers", (0, 1)))
     idle = options.get("idle_timeout", 60)
-    if isinstance(idle, bool) or not isinstance(idle, int | float) or not math.isfinite(idle) or idle < 0:
-        raise invalid(name, f"idle_timeout must be seconds >= 0, got {idle!r}; e.g. idle_timeout=60")
+    idle_auto = None if "idle_timeout" not in options else idle == "auto"
+    if idle_auto:
+        idle = 60  # until the endpoint's traffic sizes its window (``scheduler/keepwarm.py``)
+    elif isinstance(idle, bool) or not isinstance(idle, int | float) or not math.isfinite(idle) or idle < 0:
+        raise invalid(
+            name,
+            f"idle_timeout must be seconds >= 0 or 'auto' (sized from traffic), got {idle!r}; e.g. idle_timeout=60",
+        )
     timeout_ms = _int(
         name,
         "execution_timeout_ms",
@@ -557,6 +570,7 @@ def build_spec(options: dict[str, Any], *, named_later: bool = False) -> Endpoin
         workers_min=low,
         workers_max=high,
         idle_timeout_s=float(idle),
+        idle_auto=idle_auto,
         execution_timeout_ms=timeout_ms,
         max_concurrency=concurrency,
         env=dict(env),
@@ -575,6 +589,7 @@ def build_spec(options: dict[str, Any], *, named_later: bool = False) -> Endpoin
         priority=_priority(name, options.get("priority", "normal")),
         preemptible=_flag(name, "preemptible", options.get("preemptible", False)),
         placement=_placement(name, options.get("placement", "pack")),
+        scaling=scaling(name, options, high),
     )
 
 

@@ -42,6 +42,10 @@ FLASHPOINT_ONLY_OPTIONS = {
     "priority": "flashpoint-only: the endpoint's priority class on a shared fleet (decision 0115)",
     "preemptible": "flashpoint-only: a higher class may stop its running workers (decision 0115)",
     "placement": "flashpoint-only: pack (best fit) or spread its workers over nodes (decision 0115)",
+    "target_latency_ms": "flashpoint-only: a p95 latency scaler for HTTP-route endpoints (decision 0120)",
+    "target_concurrency": "flashpoint-only: a concurrency-per-worker scaler (decision 0120)",
+    "workers_schedule": "flashpoint-only: minimum workers on cron times (decision 0120)",
+    "scaler": "flashpoint-only: a user scaler function, embedded plane only (decision 0120)",
 }
 
 #: GpuGroup pools where the seed (flashpoint's authority for GPU membership) and Flash's POOLS_TO_TYPES differ

@@ -191,6 +191,30 @@ def test_a_decoration_error_is_quoted(tmp_path: Path) -> None:
         load(root)
 
 
+def test_scaling_options_travel_to_the_server_but_a_scaler_function_is_refused(tmp_path: Path) -> None:
+    scheduled = code(
+        """
+        @Endpoint(name="s", workers=(0, 2), target_concurrency=3, workers_schedule={"0 9 * * 1-5": 1})
+        async def s(x: int) -> int:
+            return x
+        """
+    )
+    spec = load(project(tmp_path / "ok", {"app.py": scheduled})).endpoints["s"].spec
+    assert (spec.scaling.target_concurrency, spec.scaling.workers_schedule) == (3, (("0 9 * * 1-5", 1),))
+    own = code(
+        """
+        def decide(metrics):
+            return 1
+
+        @Endpoint(name="u", scaler=decide)
+        async def u(x: int) -> int:
+            return x
+        """
+    )
+    with pytest.raises(ConfigError, match=r"endpoint 'u': scaler= runs a function in the plane's process"):
+        load(project(tmp_path / "own", {"app.py": own}))
+
+
 def test_a_project_without_endpoints_is_refused(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"util.py": "VALUE = 1\n", "tests/test_app.py": FUNCTION})
     with pytest.raises(ConfigError, match="no endpoints found in the project"):

@@ -224,7 +224,7 @@ class RouteProxy:
         began = time.perf_counter()
         status = 0
         try:
-            status = await self._serve(ep, scope, receive, send)
+            status = await self._serve(ep, scope, receive, send, began)
         finally:
             if self.metrics is not None:
                 self._observe(ep, scope, status, time.perf_counter() - began)
@@ -241,8 +241,9 @@ class RouteProxy:
         route = known[1](method, path[end:] if end > 0 else "/")
         self.metrics.observe(name, method if method in _METHODS else OTHER, route, status, seconds)
 
-    async def _serve(self, ep: EndpointState, scope: Scope, receive: Receive, send: Send) -> int:
-        """The status answered (0: the connection was closed mid-answer)."""
+    async def _serve(self, ep: EndpointState, scope: Scope, receive: Receive, send: Send, began: float) -> int:
+        """The status answered (0: the connection was closed mid-answer); ``began``: when the request arrived
+        (``perf_counter``), for the time the plane's latency target reads."""
         forwarded: list[bytes] = []  # header lines, as they go to the worker
         length = host = None
         for name, value in scope["headers"]:
@@ -295,7 +296,7 @@ class RouteProxy:
         try:
             return await self._forward(ep, worker, scope, receive, send, forwarded, content)
         finally:
-            self.plane.release_route_worker(ep, worker)
+            self.plane.release_route_worker(ep, worker, time.perf_counter() - began)
 
     def _refused(self, ep: EndpointState, scope: Scope) -> tuple[int, bytes] | None:
         """The answer to a request whose key may not call ``ep``; None when it may (``INVOKE``)."""

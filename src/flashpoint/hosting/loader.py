@@ -234,7 +234,7 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
 #: the builtins an answer may name: containers, strings, numbers (what pickle has no opcode for)
 _BUILTINS = frozenset({"bool", "bytes", "complex", "dict", "float", "frozenset", "int", "list", "set", "str", "tuple"})
 #: the modules whose value classes (and instances of them, such as ``gpus.ANY_GPU``) an answer may name
-_VALUE_MODULES = ("flashpoint.spec", "flashpoint.gpus", "flashpoint.flashtypes")
+_VALUE_MODULES = ("flashpoint.spec", "flashpoint.gpus", "flashpoint.flashtypes", "flashpoint.scaling")
 
 
 class ProjectUnpickler(pickle.Unpickler):
@@ -363,6 +363,12 @@ def _load(root: Path) -> dict[str, Any]:
             "files whose top level runs work are not read)"
             + (f"; not read: {', '.join(rel for rel, _ in loaded.skipped)}" if loaded.skipped else "")
         )
+    for name, (handle, _) in found.items():
+        if handle.spec.scaling.scaler is not None:  # a function the server would have to run in its own process
+            raise ConfigError(
+                f"endpoint {name!r}: scaler= runs a function in the plane's process, which a server does not do for "
+                "deployed code; use target_latency_ms, target_concurrency, workers_schedule or scaler_type"
+            )
     endpoints = {
         name: {
             "spec": handle.spec,

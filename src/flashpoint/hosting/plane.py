@@ -62,6 +62,9 @@ class PlaneRole:
     priority_classes: Mapping[str, int] | None = None
     app_weights: Mapping[str, float] = field(default_factory=dict)
     preempt_grace_s: float | None = None
+    #: the plane runs in the user's own program (embedded, dev), so an endpoint's ``scaler=`` function may run in it;
+    #: a server takes none (decision 0120)
+    user_scalers: bool = True
 
 
 def app_simulated(settings: Settings) -> str | None:
@@ -97,6 +100,8 @@ def plane_settings(
         priority_classes=dict(PRIORITY_CLASSES if role.priority_classes is None else role.priority_classes),
         app_weights=dict(role.app_weights),
         preempt_grace_s=settings.preempt_grace_s if role.preempt_grace_s is None else role.preempt_grace_s,
+        idle_timeout_auto=settings.idle_timeout_auto,
+        user_scalers=role.user_scalers,
     )
 
 

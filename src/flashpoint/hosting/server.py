@@ -217,6 +217,7 @@ class Server:
         limits, running endpoints' cron schedules."""
         quiet_runpod = logging.getLogger().getEffectiveLevel() > logging.DEBUG
         return PlaneRole(
+            user_scalers=False,  # a server runs no deployed code in its own process
             db=self.db,
             secrets=None if self.secrets is None else self.secrets.resolver,
             max_result_bytes=self.max_result_bytes,

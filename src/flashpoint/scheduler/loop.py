@@ -48,6 +48,7 @@ from flashpoint.scheduler.records import EndpointState, Worker
 from flashpoint.scheduler.registry import EndpointRegistry
 from flashpoint.scheduler.rollout import Rollouts, Together
 from flashpoint.scheduler.routeserving import RouteServing, not_a_queue_endpoint, oldest_held
+from flashpoint.scheduler.scalers import Scalers, check_scaling
 from flashpoint.scheduler.schedules import Schedules, check_schedule
 from flashpoint.scheduler.settings import PlaneSettings
 from flashpoint.scheduler.state import PlaneState
@@ -118,7 +119,9 @@ class ControlPlane:
         )
         #: quotas and budgets (decision 0113): the planner's limit, the jobs workers take, submit's budget check
         self.quotas = QuotaGate(state, quotas, usage=lambda: self.usage)
-        self.reads = PlaneReads(state, plan=self.plan, quotas=self.quotas)
+        self.reads = PlaneReads(state, plan=self.plan, quotas=self.quotas, auto_idle=settings.idle_timeout_auto)
+        #: flashpoint's scalers' samples and calls, once a tick (``scheduler/scalers.py``)
+        self.scalers = Scalers(state.endpoints, self.kick)
         # route serving is built before supervision, which it reaches through the plane once that is there
         self.routes = RouteServing(
             state,
@@ -234,6 +237,7 @@ class ControlPlane:
         self.state.closing = True
         if self._tick_task is not None:
             self._tick_task.cancel()
+        await self.scalers.close()
         for ep in self.endpoints.values():
             release_takers(ep, None)
         await self.routes.close()
@@ -325,6 +329,7 @@ class ControlPlane:
                 job, JobStatus.FAILED, Reason.ENVIRONMENT_FAILED, JobError("EnvironmentBuildError", failure)
             )
             return job
+        ep.traffic.arrived(self.clock.monotonic(), busy=bool(ep.queued or ep.workers.census.busy))
         self._enqueue(ep, job, front=False)
         return job
 
@@ -465,6 +470,7 @@ class ControlPlane:
             wanted=self.leasing.wanted_elsewhere,
             limit=self.quotas.limit,
             sharing=self._sharing,
+            auto_idle=self.settings.idle_timeout_auto,
         )
         if not self.registry.departed:
             return plan
@@ -515,9 +521,10 @@ class ControlPlane:
             self._expire(wall)
         self.supervision.release_set_aside(now)
         self.leasing.recheck(now)
+        self.scalers.step(now, wall)  # before idle stops: a scheduled minimum that fell lets idle workers go now
         for ep in [*self.endpoints.values(), *set(self.state.leaving.values())]:  # the taken away finish their jobs
             self.supervision.watch(ep, now, wall)
-            for worker in planner.idle_stops(ep, now):
+            for worker in planner.idle_stops(ep, now, self.settings.idle_timeout_auto):
                 log.info("worker %s of %s idle for %.0fs: stopping it", worker.id, ep.spec.key, now - worker.idle_since)
                 self.supervision.stop(worker)
         self.schedules.step(wall)
@@ -594,6 +601,7 @@ class ControlPlane:
 
     def _check_secrets(self, spec: EndpointSpec) -> None:
         check_schedule(spec)  # at registration too: a deployed project's specs come back as data
+        check_scaling(spec, runs_user_code=self.settings.user_scalers)
         check_secrets(spec, self._secrets)
 
     async def take(
@@ -627,8 +635,10 @@ class ControlPlane:
     async def hold_route_worker(self, ep: EndpointState, timeout_s: float) -> Worker | Explanation:
         return await self.routes.hold_route_worker(ep, timeout_s)
 
-    def release_route_worker(self, ep: EndpointState, worker: Worker) -> None:
-        self.routes.release_route_worker(ep, worker)
+    def release_route_worker(self, ep: EndpointState, worker: Worker, took_s: float | None = None) -> None:
+        """The request handed to ``worker`` is answered; ``took_s``: how long it took, its wait for a worker included
+        (what ``target_latency_ms`` reads)."""
+        self.routes.release_route_worker(ep, worker, took_s)
 
     def route_secret(self, worker: Worker) -> str:
         return self.routes.route_secret(worker)

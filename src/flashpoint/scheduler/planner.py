@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from flashpoint.explain import Code, OtherProcess, WaitReason
 from flashpoint.fleet.inventory import Holder
 from flashpoint.gpus import ANY_GPU, Candidate, describe
+from flashpoint.scheduler import keepwarm, scalers
 from flashpoint.scheduler.envgate import BUILDING, FAILED, first_line
 from flashpoint.scheduler.placement.fit import CpuFit, Fit, NoFit, Yielders, place_endpoint
 from flashpoint.scheduler.placement.index import FleetIndex
@@ -126,8 +127,12 @@ def single_use(spec: EndpointSpec) -> bool:
 
 
 def minimum(ep: EndpointState) -> int:
-    """The workers the endpoint keeps however idle: its ``workers_min``; none for a single-use endpoint."""
-    return 0 if single_use(ep.spec) else ep.spec.workers_min
+    """The workers the endpoint keeps however idle: its ``workers_min`` (or what its ``workers_schedule`` sets now,
+    within ``workers_max``); none for a single-use endpoint."""
+    if single_use(ep.spec):
+        return 0
+    scheduled = ep.signals.schedule_min
+    return ep.spec.workers_min if scheduled is None else min(scheduled, ep.spec.workers_max)
 
 
 def desired(
@@ -140,14 +145,23 @@ def desired(
     seconds and no worker is idle or starting. ``live`` are the endpoint's live workers. For a route endpoint,
     queued means requests held for a worker and running means requests in flight. A single-use endpoint wants
     ``queued + running`` (a worker of its own per job; a spent worker is live until its job ends), capped by
-    ``workers_max``, whatever its scaler and minimum. ``census``: the endpoint's (``live`` are its live workers),
-    whose counts are read instead of the workers.
+    ``workers_max``, whatever its scaler and minimum. flashpoint's own scalers (``target_latency_ms``,
+    ``target_concurrency``, ``scaler=``) replace ``scaler_type``'s rule (``scalers.wanted``); the floor is
+    ``minimum`` (a ``workers_schedule``'s when one has fired). ``census``: the endpoint's (``live`` are its live
+    workers), whose counts are read instead of the workers.
     """
     spec = ep.spec
     jobs = sum(len(w.jobs) for w in live) if census is None else census.jobs
     if single_use(spec):
         return min(ep.queued + jobs, spec.workers_max)
-    if spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
+    own = None
+    if spec.scaling.rule is not None:  # one of flashpoint's scalers instead of Flash's (``scheduler/scalers.py``)
+        starting_count = sum(1 for w in live if w.state is WorkerState.STARTING) if census is None else census.starting
+        demand = ep.queued + jobs + ep.in_flight
+        own = scalers.wanted(spec, ep.signals, live=len(live), starting=starting_count, demand=demand)
+    if own is not None:
+        want = own
+    elif spec.scaler_type is ServerlessScalerType.REQUEST_COUNT:
         running = jobs + ep.in_flight
         want = math.ceil((ep.queued + running) / spec.scaler_value)
     else:
@@ -162,7 +176,7 @@ def desired(
                 want = 1
             elif not starting and not idle and oldest is not None and wall - oldest >= spec.scaler_value:
                 want = len(live) + 1
-    return min(max(want, spec.workers_min), spec.workers_max)
+    return min(max(want, minimum(ep)), spec.workers_max)
 
 
 def yieldable(worker: Worker, ep: EndpointState, live: int) -> bool:
@@ -209,6 +223,7 @@ def plan(
     wanted: Mapping[tuple[str, int], OtherProcess] | None = None,
     limit: Limit | None = None,
     sharing: Sharing = DEFAULT_SHARING,
+    auto_idle: bool = False,
 ) -> Plan:
     """The starts, reclaims and preemptions that give endpoints the workers they want, and the reasons for what they
     lack.
@@ -218,7 +233,8 @@ def plan(
     flashpoint process waits for (``scheduler/wants.py``): an idle worker above its minimum on one of them yields it,
     once this plane's own endpoints have been served. ``limit`` (the plane's quotas, ``scheduler/quotas.py``) says
     why a candidate of an endpoint may not take devices now, reading the index (the plan's own starts are held there).
-    ``sharing``: priority classes, fair-share weights and the placement override.
+    ``sharing``: priority classes, fair-share weights and the placement override. ``auto_idle``: endpoints that set
+    no ``idle_timeout`` size their keep-warm window from traffic (``keep_window``), which may pre-warm a worker.
     """
     # each endpoint's workers as its census counts them (kept as they change: a plan reads no worker it need not),
     # and the idle ones that could yield now (named once per plan, so placement looks at their devices only)
@@ -245,6 +261,7 @@ def plan(
     p.still_yields = still_yields
     p.endpoints = endpoints
     p.census = census
+    p.auto_idle = auto_idle
     for c in census.values():  # the workers stopping to make room, per endpoint they make it for
         for w in c.stopping_for.values():
             p.pending.setdefault(w.stopping_for or "", []).append(w)
@@ -299,6 +316,7 @@ class _Pass:
     still_yields: Callable[[Holder], bool] = lambda holder: False
     endpoints: Mapping[str, EndpointState] = field(default_factory=dict)
     census: Mapping[str, Census] = field(default_factory=dict)
+    auto_idle: bool = False
     #: (class rank, holder) of every live worker of a preemptible queue endpoint: built when a turn first needs it
     preemptible: list[tuple[int, Holder]] | None = None
     #: per endpoint, workers stopping to give their devices to it (idle yields, preemptions)
@@ -352,6 +370,8 @@ class _Turn:
         self.waiting: list[WaitReason] = []
         census = p.census[name]
         self.want = desired(ep, census.live.values(), p.wall, p.oldest.get(name), census)
+        if not self.want and spec.workers_max and prewarm_due(ep, p.now, p.auto_idle):
+            self.want = 1  # an auto window warms a worker ahead of the arrival it predicts
         self.live = p.live[name]
         self.holding = len(ep.workers)  # stopping workers still hold devices
         staged = ep.staged
@@ -599,25 +619,50 @@ class _Turn:
         return ()
 
 
-def idle_stops(ep: EndpointState, now: float) -> list[Worker]:
+def keep_window(ep: EndpointState, auto_default: bool = False) -> keepwarm.Window | None:
+    """The keep-warm window sized from the endpoint's traffic when its ``idle_timeout`` is ``"auto"`` (or unset on a
+    plane whose default is auto: ``auto_default``); None when a fixed ``idle_timeout`` rules (or it is single-use)."""
+    spec = ep.spec
+    auto = spec.idle_auto if spec.idle_auto is not None else auto_default
+    if not auto or single_use(spec):
+        return None
+    return ep.traffic.window(spec.idle_timeout_s)
+
+
+def prewarm_due(ep: EndpointState, now: float, auto_default: bool = False) -> bool:
+    """An auto window wants a worker warmed now, ahead of the arrival it predicts (``now``: monotonic)."""
+    window = keep_window(ep, auto_default)
+    last_end = ep.traffic.last_end
+    if window is None or window.prewarm_s is None or last_end is None or ep.queued:
+        return False
+    return keepwarm.prewarm_due(window, now - last_end, keepwarm.lead_s(ep.traffic.cold_start_s()))
+
+
+def idle_stops(ep: EndpointState, now: float, auto_default: bool = False) -> list[Worker]:
     """Workers above the endpoint's minimum idle for ``idle_timeout`` seconds, longest idle first (a single-use
-    endpoint's at once: a worker whose job was cancelled before it took it is not kept warm).
+    endpoint's at once: a worker whose job was cancelled before it took it is not kept warm). An ``"auto"`` window
+    (``keep_window``) counts from the endpoint's last job instead, and stops idle workers at once while a pre-warm is
+    not yet due.
 
     A worker with jobs still queued is not idle, only between two pulls (or before its first one, when its ping
     arrives before its job-take): stopping it would strand those jobs.
     """
     live = ep.live_workers()
     stops: list[Worker] = []
-    floor, timeout = (0, 0.0) if single_use(ep.spec) else (ep.spec.workers_min, ep.spec.idle_timeout_s)
+    floor, timeout = (0, 0.0) if single_use(ep.spec) else (minimum(ep), ep.spec.idle_timeout_s)
+    window = keep_window(ep, auto_default)
+    lead = keepwarm.lead_s(ep.traffic.cold_start_s()) if window is not None else 0.0
     for worker in sorted(live, key=lambda w: w.idle_since):
         if len(live) - len(stops) <= floor:
             break
-        if (
-            worker.state is WorkerState.IDLE
-            and not worker.jobs
-            and not worker.in_flight
-            and not ep.queued
-            and now - worker.idle_since >= timeout
-        ):
+        if not (worker.state is WorkerState.IDLE and not worker.jobs and not worker.in_flight and not ep.queued):
+            continue
+        if window is None:
+            due = now - worker.idle_since >= timeout
+        else:
+            last_end = ep.traffic.last_end
+            since_end = now - (worker.idle_since if last_end is None else last_end)
+            due = keepwarm.stops_idle(window, since_end, lead)
+        if due:
             stops.append(worker)
     return stops

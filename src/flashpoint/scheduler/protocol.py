@@ -73,6 +73,7 @@ class WorkerProtocol:
             worker.ever_ready = True
             worker.idle_since = now
             ep.start_failures = ep.start_losses = 0
+            ep.traffic.cold_start(now - worker.started_at)  # keep-warm's cost of a cold start
             self._state.usage.observe(worker)
         return worker
 

@@ -16,7 +16,7 @@ from flashpoint.errors import NotFoundError
 from flashpoint.explain import Explanation
 from flashpoint.fleet.inventory import fleet_summary, nodes_summary
 from flashpoint.jobs import JobStatus, JobView
-from flashpoint.scheduler import planner, views
+from flashpoint.scheduler import planner, scalers, views
 from flashpoint.scheduler.envgate import system_note
 from flashpoint.scheduler.optionnotes import host_option_notes
 from flashpoint.scheduler.placement.fit import endpoint_notes
@@ -28,11 +28,20 @@ from flashpoint.spec import EndpointSpec
 class PlaneReads:
     """The read-only verbs of the plane, over its ``state``; ``plan`` says what a reconcile would do now."""
 
-    def __init__(self, state: PlaneState, *, plan: Callable[[], planner.Plan], quotas: QuotaGate | None = None) -> None:
-        """``quotas``: the plane's, whose use an explanation notes, and which may hold a queued job back."""
+    def __init__(
+        self,
+        state: PlaneState,
+        *,
+        plan: Callable[[], planner.Plan],
+        quotas: QuotaGate | None = None,
+        auto_idle: bool = False,
+    ) -> None:
+        """``quotas``: the plane's, whose use an explanation notes, and which may hold a queued job back;
+        ``auto_idle``: the plane's keep-warm default (``PlaneSettings.idle_timeout_auto``)."""
         self._state = state
         self._plan = plan
         self._quotas = quotas
+        self._auto_idle = auto_idle
 
     def fleet_summary(self, spec: EndpointSpec | None = None) -> str:
         """The fleet in one line: its GPUs; for a CPU endpoint (``spec``), its nodes' CPUs and memory."""
@@ -42,11 +51,15 @@ class PlaneReads:
 
     def notes(self, spec: EndpointSpec) -> tuple[str, ...]:
         """What the endpoint's options do not do on this fleet, in words (a datacenter no node label can match, a
-        volume's directory, Runpod cloud settings recorded and not applied)."""
+        volume's directory, Runpod cloud settings recorded and not applied), and the keep-warm window an
+        ``idle_timeout="auto"`` endpoint has now, with why."""
         ep = self._state.endpoints.get(spec.key)
         lacking = system_note(ep.system_missing) if ep is not None and ep.system_missing else ()
         quotas = self._quotas.notes(spec) if self._quotas is not None else ()
-        return endpoint_notes(spec, self._state.index) + host_option_notes(spec) + lacking + quotas
+        window = planner.keep_window(ep, self._auto_idle) if ep is not None else None
+        keep = (f"idle_timeout auto: {window.why}",) if window is not None else ()
+        scaling = scalers.notes(ep) if ep is not None else ()
+        return endpoint_notes(spec, self._state.index) + host_option_notes(spec) + lacking + quotas + keep + scaling
 
     def explain_endpoint(self, name: str) -> Explanation:
         ep = self._state.endpoint(name)

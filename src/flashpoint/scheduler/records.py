@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 from flashpoint.explain import Explanation, WaitReason
 from flashpoint.fleet.inventory import Device
 from flashpoint.jobs import Job, Placement
+from flashpoint.scheduler.keepwarm import Traffic
 from flashpoint.scheduler.placement.fit import NoFit
 from flashpoint.scheduler.placement.nodes import CpuSlot
+from flashpoint.scheduler.signals import Signals
 from flashpoint.spec import EndpointSpec, WorkerTarget
 
 if TYPE_CHECKING:
@@ -233,6 +235,11 @@ class EndpointState:
     generation: int = 1
     #: the generation a rollout warms beside this one, until it switches or is abandoned
     staged: Staged | None = None
+    #: its idle gaps and cold starts, which size an ``idle_timeout="auto"`` window (``scheduler/keepwarm.py``); kept
+    #: across rollouts (the traffic is the endpoint's, whichever version serves it)
+    traffic: Traffic = field(default_factory=Traffic)
+    #: what its flashpoint scalers read (request times, load, the scheduled minimum, the user scaler's answer)
+    signals: Signals = field(default_factory=Signals)
 
     def live_workers(self) -> list[Worker]:
         return list(self.workers.census.live.values())

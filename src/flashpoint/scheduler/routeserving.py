@@ -149,6 +149,7 @@ class RouteServing:
         while held and held[0][1].done():  # requests that gave up leave from the front
             held.popleft()
         held.append((self._clock.time(), future))
+        ep.traffic.arrived(self._clock.monotonic(), busy=bool(ep.queued or ep.in_flight))
         ep.queued += 1
         self._kick()
 
@@ -169,12 +170,16 @@ class RouteServing:
         finally:
             timer.cancel()
 
-    def release_route_worker(self, ep: EndpointState, worker: Worker) -> None:
+    def release_route_worker(self, ep: EndpointState, worker: Worker, took_s: float | None = None) -> None:
         """The request handed to ``worker`` is answered (or failed): one fewer in flight. A retiring worker (its
         endpoint was redeclared) stops once its last request is answered, as a queue worker does after its last
         job."""
         worker.in_flight -= 1
         ep.in_flight -= 1
+        now = self._clock.monotonic()
+        ep.traffic.ended(now)
+        if took_s is not None:
+            ep.signals.answered(now, took_s)
         if not worker.in_flight and worker.state is _RUNNING:
             worker.state = _IDLE
             worker.idle_since = self._clock.monotonic()
@@ -266,6 +271,7 @@ class RouteServing:
         worker.ever_ready = True
         worker.idle_since = self._clock.monotonic()
         ep.start_failures = ep.start_losses = 0
+        ep.traffic.cold_start(worker.idle_since - worker.started_at)  # keep-warm's cost of a cold start
         self._state.usage.observe(worker)
         log.info("worker %s of %s is ready at %s", worker.id, worker.endpoint, worker.address)
         self.serve_held(ep)

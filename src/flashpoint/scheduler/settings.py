@@ -59,3 +59,9 @@ class PlaneSettings:
     #: every endpoint's node choice: "pack", "spread", or "first" (the first node in fleet order, for comparisons);
     #: None: each endpoint's own ``placement``
     placement_policy: str | None = None
+    #: endpoints that set no ``idle_timeout`` size their keep-warm window from their traffic, as
+    #: ``idle_timeout="auto"`` does (FLASHPOINT_IDLE_TIMEOUT=auto; ``scheduler/keepwarm.py``)
+    idle_timeout_auto: bool = False
+    #: an endpoint's ``scaler=`` function may run in this plane's process (the embedded plane, dev); a server's
+    #: plane refuses such endpoints at registration (``scheduler/scalers.py``)
+    user_scalers: bool = True

@@ -257,6 +257,9 @@ class WorkerSupervision:
         job) stops: a normal stop, its exit expected (no crash, no back-off)."""
         if stop_pod:
             worker.retiring = True
+        ep = self._state.endpoints.get(worker.endpoint)
+        if ep is not None:
+            ep.traffic.ended(self._state.clock.monotonic())
         if not worker.jobs and worker.state is WorkerState.RUNNING:
             worker.state = WorkerState.IDLE
             worker.idle_since = self._state.clock.monotonic()

@@ -82,7 +82,9 @@ class Endpoint(RouteMethods):
             exclusive with ``gpu``. A CPU worker gets no GPUs and reserves its instance's vCPUs and memory on its node.
         gpu_count: GPUs per worker, all of one model on one node.
         workers: ``N`` (meaning ``(0, N)``) or ``(min, max)``; min workers are kept warm.
-        idle_timeout: seconds an idle worker above the minimum lives before it stops.
+        idle_timeout: seconds an idle worker above the minimum lives before it stops, or ``"auto"``: a window sized
+            from the endpoint's own idle gaps and cold starts, which may also warm a worker just before a predicted
+            arrival (``flashpoint explain`` says the window in force and why).
         execution_timeout_ms: a job running longer ends ``TIMED_OUT``; 0 means no limit.
         max_concurrency: jobs one worker runs at once (async handlers overlap).
         env: extra environment variables for the workers.
@@ -90,6 +92,11 @@ class Endpoint(RouteMethods):
             of the endpoint's own (unless this environment already satisfies them); Debian packages checked on the
             node.
         scaler_type, scaler_value: ``QUEUE_DELAY`` (seconds) or ``REQUEST_COUNT`` (jobs per worker), as in Flash.
+        target_latency_ms, target_concurrency, scaler: flashpoint's scalers instead (one of them): a p95 request
+            time for an HTTP-route endpoint, requests or jobs per worker, or ``fn(metrics) -> workers`` (the embedded
+            plane only); ``workers_schedule={"0 9 * * 1-5": 2, "0 18 * * 1-5": 0}``: minimums on cron times (UTC).
+        priority, preemptible, placement: a shared fleet's class (``"high"``, ``"normal"``, ``"low"``), whether a
+            higher class may stop its running workers, and ``"pack"`` or ``"spread"`` for its workers' nodes.
         datacenter: a ``DataCenter`` (or a label of your own) or a list: only nodes whose ``datacenter`` label
             matches; ignored on a fleet without such labels.
         min_cuda_version: a ``CudaVersion`` or ``"12.8"``: nodes whose driver's CUDA is older are no candidates.
