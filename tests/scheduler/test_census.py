@@ -16,6 +16,7 @@ def fresh(workers: WorkerSet) -> dict[str, object]:
     live = [w for w in workers.values() if w.live]
     return {
         "live": sorted(w.id for w in live),
+        "holders": sorted((w.id, w.endpoint) for w in live),
         "idle": sorted(w.id for w in live if w.state is WorkerState.IDLE),
         "stopping_for": sorted(
             w.id for w in workers.values() if w.state is WorkerState.STOPPING and w.stopping_for is not None
@@ -30,6 +31,7 @@ def fresh(workers: WorkerSet) -> dict[str, object]:
 def kept(census: Census) -> dict[str, object]:
     return {
         "live": sorted(census.live),
+        "holders": sorted((h.worker_id, h.endpoint) for h in census.holders.values()),
         "idle": sorted(census.idle),
         "stopping_for": sorted(census.stopping_for),
         "jobs": census.jobs,
@@ -89,6 +91,7 @@ def test_one_change_moves_the_counts(change: tuple[str, object], expect: dict[st
     workers["w0"] = w = worker(0)  # a starting worker: live, starting and engaged
     assert kept(workers.census) == {
         "live": ["w0"],
+        "holders": [("w0", "e")],
         "idle": [],
         "stopping_for": [],
         "jobs": 0,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -317,8 +318,12 @@ class _Pass:
     endpoints: Mapping[str, EndpointState] = field(default_factory=dict)
     census: Mapping[str, Census] = field(default_factory=dict)
     auto_idle: bool = False
-    #: (class rank, holder) of every live worker of a preemptible queue endpoint: built when a turn first needs it
-    preemptible: list[tuple[int, Holder]] | None = None
+    #: per class rank: the live workers of lower-class preemptible queue endpoints, and the yielders a preemption
+    #: places with (those and the idle ones): built when a turn of that class first needs them
+    victims: dict[int, tuple[frozenset[Holder], Yielders]] = field(default_factory=dict)
+    #: preemption attempts that found no fit: the class rank, what placement reads of the spec, and how many reclaims
+    #: and holds the plan had made then
+    preempt_failed: set[tuple[object, ...]] = field(default_factory=set)
     #: per endpoint, workers stopping to give their devices to it (idle yields, preemptions)
     pending: dict[str, list[Worker]] = field(default_factory=dict)
     preempts: list[Preempt] = field(default_factory=list)
@@ -348,7 +353,7 @@ class _Turn:
     then the reasons it still waits (``reasons``)."""
 
     __slots__ = (
-        "asks",
+        "_asks",
         "covered",
         "done",
         "ep",
@@ -366,7 +371,7 @@ class _Turn:
         spec = ep.spec
         name = spec.key
         self.ep, self.p = ep, p
-        self.asks = spec.describe_gpu()
+        self._asks: str | None = None
         self.waiting: list[WaitReason] = []
         census = p.census[name]
         self.want = desired(ep, census.live.values(), p.wall, p.oldest.get(name), census)
@@ -386,6 +391,13 @@ class _Turn:
         self.rank = waiting_rank(ep, p.sharing)
         limit = p.limit
         self.limit_refuse = None if limit is None else (lambda candidate: limit(spec, candidate, p.index))
+
+    @property
+    def asks(self) -> str:
+        """What the endpoint asks for, in words (its reasons' candidate), worded only when a reason needs it."""
+        if self._asks is None:
+            self._asks = self.ep.spec.describe_gpu()
+        return self._asks
 
     def step(self) -> bool | None:
         """Plan one worker more: True when one starts, False when room is being made for it (a reclaim, a
@@ -536,26 +548,49 @@ class _Turn:
         may yield) whose devices make a fit, in declared order. They are preempted (the idle ones reclaimed), and the
         reason says so; None when no such fit exists."""
         p, spec, name = self.p, self.ep.spec, self.ep.spec.key
-        if p.preemptible is None:
-            p.preemptible = [
-                (p.sharing.rank(ep.spec), Holder(w.id, name))
-                for name, ep in p.endpoints.items()
-                if ep.spec.preemptible and not ep.spec.serves_routes
-                for w in p.census[name].live.values()
-            ]
-        victims = [h for rank, h in p.preemptible if rank < self.rank and h.worker_id not in p.reclaimed]
-        if not victims or not spec.uses_gpu:
+        if not spec.uses_gpu:
             return None
-        chosen = set(victims)
+        # an attempt that failed for the same class and request (what placement and the quotas read of the spec),
+        # with the plan's holds and reclaims as they were then, fails again
+        attempt = (
+            self.rank,
+            spec.candidates,
+            spec.gpu_count,
+            spec.datacenters,
+            spec.min_cuda_version,
+            spec.placement,
+            spec.app,
+            spec.app_env,
+            len(p.reclaimed),
+            len(p.planned),
+        )
+        if attempt in p.preempt_failed:
+            return None
+        found = p.victims.get(self.rank)
+        if found is None:  # once a plan per class: who it may preempt, and with the idle, who may make room
+            chosen = frozenset(
+                itertools.chain.from_iterable(
+                    p.census[key].holders.values()
+                    for key, other in p.endpoints.items()
+                    if other.spec.preemptible
+                    and not other.spec.serves_routes
+                    and p.sharing.rank(other.spec) < self.rank
+                )
+            )
 
-        def may_go(holder: Holder) -> bool:
-            if holder in chosen:
-                return holder.worker_id not in p.reclaimed
-            return p.still_yields(holder)
+            def may_go(holder: Holder, chosen: frozenset[Holder] = chosen) -> bool:
+                if holder in chosen:
+                    return holder.worker_id not in p.reclaimed
+                return p.still_yields(holder)
 
-        yielders = Yielders([*p.idle, *victims], may_go)
+            found = p.victims[self.rank] = (chosen, Yielders(chosen.union(p.idle), may_go))
+        chosen, yielders = found
+        if not chosen or (len(chosen) <= len(p.reclaimed) and all(h.worker_id in p.reclaimed for h in chosen)):
+            p.preempt_failed.add(attempt)
+            return None
         result = place_endpoint(spec, p.index, yielders, self.limit_refuse, p.sharing.placement)
         if not isinstance(result, Fit) or not result.reclaim:
+            p.preempt_failed.add(attempt)
             return None
         self._reserve(result)
         taken = []

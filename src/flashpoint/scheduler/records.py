@@ -10,7 +10,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from flashpoint.explain import Explanation, WaitReason
-from flashpoint.fleet.inventory import Device
+from flashpoint.fleet.inventory import Device, Holder
 from flashpoint.jobs import Job, Placement
 from flashpoint.scheduler.keepwarm import Traffic
 from flashpoint.scheduler.placement.fit import NoFit
@@ -252,11 +252,13 @@ class Census:
     busy (a job or a request in flight), starting, or engaged (busy or starting); and the stopping workers that make
     room for an endpoint (``stopping_for``), in the order they began to stop."""
 
-    __slots__ = ("busy", "engaged", "idle", "jobs", "live", "starting", "stopping_for")
+    __slots__ = ("busy", "engaged", "holders", "idle", "jobs", "live", "starting", "stopping_for")
 
     def __init__(self) -> None:
         #: live workers by id, in the order they became live (registration, for all but a rollout's standby ones)
         self.live: dict[str, Worker] = {}
+        #: the live workers as device holders (placement's yielders), made once per worker
+        self.holders: dict[str, Holder] = {}
         self.idle: dict[str, Worker] = {}
         self.stopping_for: dict[str, Worker] = {}
         self.jobs = self.busy = self.starting = self.engaged = 0
@@ -277,8 +279,10 @@ class Census:
         if before[0] != after[0]:
             if after[0]:
                 self.live[w.id] = w
+                self.holders[w.id] = Holder(w.id, w.endpoint)
             else:
                 self.live.pop(w.id, None)
+                self.holders.pop(w.id, None)
         self.jobs += after[1] - before[1]
         self.busy += after[2] - before[2]
         self.starting += after[3] - before[3]
@@ -299,6 +303,7 @@ class Census:
     def leave(self, w: Worker) -> None:
         before = self.part(w)
         self.live.pop(w.id, None)
+        self.holders.pop(w.id, None)
         self.jobs -= before[1]
         self.busy -= before[2]
         self.starting -= before[3]
