@@ -5,11 +5,11 @@ An *idle gap* is the time from the end of the endpoint's last job (or request) t
 no work (arrivals while it is busy are not gaps: a warm worker is there anyway). The policy is the shape of the
 hybrid histogram policy of "Serverless in the Wild" (USENIX ATC '20): keep alive through the likely next arrival, and
 for predictable traffic let the worker go after its job and warm one again just before the next arrival is due. It
-chooses by cost over the gaps seen rather than by fixed percentiles: a window ``(prewarm, keep)`` costs, summed over
-the recent gaps, the idle GPU-seconds it keeps warm plus, for each gap it misses, one cold start valued at
-``cold_start_value`` GPU-seconds (``COLD_START_WORTH`` times the measured cold start, never less than the default
-window: a cold start is worth at least what Flash's 60 s default pays to avoid one), plus the start-up time of each
-pre-warm. The cheapest window wins; with rare or unpredictable arrivals it is "let go at once".
+chooses over the gaps seen rather than by fixed percentiles, within a budget: of the windows ``(prewarm, keep)`` that
+would have kept workers idle no longer in all than the fixed window it replaces (Flash's 60 s) on the same gaps, the
+one with the fewest cold starts, then the least idle. A pre-warm's start-up (the measured cold start) counts as idle
+time, and the measured cold start sets how early a pre-warm starts and the margin past the longest gap a keep covers.
+With rare or unpredictable arrivals nothing beats the budget on cold starts, and the least idle is "let go at once".
 
 Pure: ``Traffic`` is the record the plane keeps per endpoint (fed by ``arrived``, ``ended`` and ``cold_start``),
 ``window`` the decision, ``stops_idle``/``prewarm_due`` what the planner asks of it.
@@ -30,8 +30,6 @@ GAPS_KEPT = 128
 COLD_STARTS_KEPT = 16
 #: fewer gaps than this: the default window (nothing to size it from yet)
 MIN_GAPS = 5
-#: one cold start is worth this many times its duration in idle GPU-seconds (never less than the default window)
-COLD_START_WORTH = 10.0
 #: the cold start assumed before one is measured
 DEFAULT_COLD_START_S = 5.0
 #: no window keeps a worker warm longer than this after the last job (beyond it arrivals are "rare")
@@ -105,67 +103,57 @@ def _percentile(ordered: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def _costs(
-    ordered: Sequence[float],
-    prefix: Sequence[float],
-    prewarm: float,
-    keeps: Sequence[float],
-    cold: float,
-    cold_s: float,
-) -> list[float]:
-    """The total cost over the sorted gaps (``prefix``: their running sums) of pre-warming at ``prewarm`` and keeping
-    to each of ``keeps`` (sorted): a gap before the pre-warm is a cold start (valued ``cold``); one within the window
-    costs its idle time past the pre-warm; one after it the whole window and a cold start; each pre-warm costs its
-    start-up (``cold_s``)."""
+def _outcomes(
+    ordered: Sequence[float], prefix: Sequence[float], prewarm: float, keeps: Sequence[float], cold_s: float
+) -> list[tuple[int, float]]:
+    """Over the sorted gaps (``prefix``: their running sums), the (cold starts, idle GPU-seconds) of pre-warming to be
+    ready at ``prewarm`` and keeping to each of ``keeps``: a gap before the pre-warm is a cold start; one within the
+    window costs its idle time past the pre-warm; one after it the whole window and a cold start; each pre-warm
+    costs its start-up (``cold_s``) as idle time."""
     n = len(ordered)
     early = bisect.bisect_left(ordered, prewarm)
-    base = early * cold + (cold_s * n if prewarm > 0 else 0.0)
-    costs = []
+    start_up = cold_s * n if prewarm > 0 else 0.0
+    found = []
     for keep in keeps:
         inside = bisect.bisect_right(ordered, keep)  # gaps <= keep
         within = inside - early
-        idle_within = (prefix[inside] - prefix[early]) - within * prewarm
         late = n - inside
-        costs.append(base + idle_within + late * ((keep - prewarm) + cold))
-    return costs
+        idle = (prefix[inside] - prefix[early]) - within * prewarm + late * (keep - prewarm) + start_up
+        found.append((early + late, idle))
+    return found
 
 
 def window(gaps: Sequence[float], cold_start_s: float, default_s: float) -> Window:
     """The keep-warm window for an endpoint whose recent idle gaps are ``gaps`` and whose cold start takes
-    ``cold_start_s`` (``default_s``: the window used until enough gaps are seen, Flash's 60 s)."""
+    ``cold_start_s`` (``default_s``: the fixed window it replaces, Flash's 60 s): of the windows that keep workers
+    idle no longer in all than ``default_s`` would have on the same gaps, the one with the fewest cold starts, and
+    of those the least idle."""
     n = len(gaps)
     if n < MIN_GAPS:
         return Window(default_s, None, f"{n} idle gap(s) seen, fewer than {MIN_GAPS}: the default {default_s:g}s")
     ordered = sorted(gaps)
     prefix = [0.0, *itertools.accumulate(ordered)]
-    cold = max(default_s, COLD_START_WORTH * cold_start_s)
-    keeps = sorted({0.0, min(default_s, MAX_KEEP_S), *(g for g in ordered if g <= MAX_KEEP_S)})
-    best = (math.inf, 0.0, 0.0)
+    margin = lead_s(cold_start_s)  # a keep covers a gap and a little more: a little later next time is not cold
+    keeps = sorted({0.0, default_s, *(g + margin for g in ordered if g + margin <= MAX_KEEP_S)})
+    ((default_cold, budget),) = _outcomes(ordered, prefix, 0.0, [default_s], cold_start_s)
+    best = (default_cold, budget, 0.0, default_s)
     for prewarm in [0.0, *sorted({_percentile(ordered, q) for q in PREWARM_PERCENTILES})]:
-        usable = [keep for keep in keeps if keep >= prewarm]
-        for keep, cost in zip(usable, _costs(ordered, prefix, prewarm, usable, cold, cold_start_s), strict=True):
-            if cost < best[0] - 1e-9:
-                best = (cost, prewarm, keep)
-    cost, prewarm, keep = best
-    per_gap = cost / n
-    covered = sum(1 for g in ordered if prewarm <= g <= keep)
-    if keep > 0:  # the longest gap it covers, and a margin: a little later next time is not a cold start
-        keep += lead_s(cold_start_s)
-    value = f"a cold start (~{cold_start_s:.1f}s) valued at {cold:.0f} idle GPU-seconds"
+        usable = [keep for keep in keeps if keep > prewarm or keep == prewarm == 0.0]
+        for keep, (cold, idle) in zip(usable, _outcomes(ordered, prefix, prewarm, usable, cold_start_s), strict=True):
+            if idle <= budget + 1e-9 and (cold, idle) < best[:2]:
+                best = (cold, idle, prewarm, keep)
+    cold, idle, prewarm, keep = best
+    saved = default_cold - cold
+    terms = (
+        f"{cold} of {n} idle gaps would cold-start ({saved} fewer than {default_s:g}s) at {idle / n:.0f} idle "
+        f"GPU-seconds a gap ({budget / n:.0f} with {default_s:g}s; a cold start ~{cold_start_s:.1f}s)"
+    )
     if keep == 0:
-        why = (
-            f"let go at once: over {n} idle gaps (median {_percentile(ordered, 50):.0f}s) keeping a worker warm costs "
-            f"more than the cold starts it saves ({value})"
-        )
-        return Window(0.0, None, why, per_gap)
+        return Window(0.0, None, f"let go at once (arrivals are rare or unpredictable): {terms}", idle / n)
     if prewarm > 0:
-        why = (
-            f"let go after the last job, warm one again to be ready {prewarm:.0f}s after it and keep it to "
-            f"{keep:.0f}s: {covered} of {n} idle gaps fall in between ({value})"
-        )
-        return Window(keep, prewarm, why, per_gap)
-    why = f"keep warm {keep:.0f}s after the last job: {covered} of {n} idle gaps are shorter ({value})"
-    return Window(keep, None, why, per_gap)
+        why = f"let go after the last job, warm one again to be ready {prewarm:.0f}s after it, keep it to {keep:.0f}s"
+        return Window(keep, prewarm, f"{why}: {terms}", idle / n)
+    return Window(keep, None, f"keep warm {keep:.0f}s after the last job: {terms}", idle / n)
 
 
 def stops_idle(window: Window, since_end: float, lead_s: float) -> bool:
