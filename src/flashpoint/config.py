@@ -70,6 +70,9 @@ class Settings:
     route_ready_timeout_s: float = 600.0
     #: FLASHPOINT_PREEMPT_GRACE_S: how long a preempted worker has to stop before it is killed (decision 0115)
     preempt_grace_s: float = 30.0
+    #: FLASHPOINT_GPU_SAMPLE_S: seconds between two NVML samples of this node's real GPUs (telemetry, decision
+    #: 0117); 0 turns sampling off, and less than 1 s is refused
+    gpu_sample_s: float = 5.0
     #: FLASHPOINT_IDLE_TIMEOUT: ``auto`` sizes the keep-warm window of every endpoint that sets no ``idle_timeout``
     #: from its traffic (``idle_timeout="auto"``); unset (or ``60``): Flash's fixed 60 s (decision 0119)
     idle_timeout_auto: bool = False
@@ -119,6 +122,7 @@ class Settings:
             route_wait_s=_seconds(env, "FLASHPOINT_ROUTE_WAIT_S", 60.0),
             route_ready_timeout_s=_seconds(env, "FLASHPOINT_ROUTE_READY_TIMEOUT_S", 600.0),
             preempt_grace_s=_seconds(env, "FLASHPOINT_PREEMPT_GRACE_S", 30.0),
+            gpu_sample_s=_gpu_sample_s(env),
             idle_timeout_auto=_idle_timeout_auto(env),
             dashboard=_flag(env, "FLASHPOINT_DASHBOARD") if (env.get("FLASHPOINT_DASHBOARD") or "").strip() else True,
             env_build_timeout_s=env_build_timeout_s(env),
@@ -158,6 +162,13 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     if text in ("1", "true", "yes", "on"):
         return True
     raise ConfigError(f"{name} must be 1 or 0; got {env.get(name)!r}")
+
+
+def _gpu_sample_s(env: Mapping[str, str]) -> float:
+    value = _seconds(env, "FLASHPOINT_GPU_SAMPLE_S", 5.0)
+    if 0 < value < 1:
+        raise ConfigError(f"FLASHPOINT_GPU_SAMPLE_S must be at least 1 second (or 0: no GPU telemetry); got {value:g}")
+    return value
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -196,6 +196,10 @@ class Job:
     #: every run that ended without ending the job (preempted, worker lost): ``{"workerId", "placement",
     #: "startedAt", "endedAt", "outcome"}``, oldest first; the run that ends it is the job's own fields
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    #: the peak GPU memory (MiB) and mean GPU utilisation (%) of its worker while it ran, as the plane's GPU sampler
+    #: saw them (decision 0117); None when no sample saw it run (simulated devices, CPU workers, too short a run)
+    gpu_memory_peak_mb: int | None = None
+    gpu_utilization_mean_pct: float | None = None
 
     def __post_init__(self) -> None:
         policy = self.extra.get("policy")
@@ -254,6 +258,8 @@ class Job:
             submitted_by=self.submitted_by,
             low_priority=self.low_priority,
             attempts=tuple(self.attempts),
+            gpu_memory_peak_mb=self.gpu_memory_peak_mb,
+            gpu_utilization_mean_pct=self.gpu_utilization_mean_pct,
         )
 
 
@@ -284,6 +290,9 @@ class JobView:
     low_priority: bool = False
     #: runs that ended without ending the job (``Job.attempts``)
     attempts: tuple[dict[str, Any], ...] = ()
+    #: its GPU figures while it ran (``Job.gpu_memory_peak_mb``, ``Job.gpu_utilization_mean_pct``)
+    gpu_memory_peak_mb: int | None = None
+    gpu_utilization_mean_pct: float | None = None
 
     @classmethod
     def queued(cls, job_id: str, endpoint: str, created_at: float = 0.0) -> JobView:
@@ -323,6 +332,8 @@ class JobView:
             "submittedBy": self.submitted_by,
             "lowPriority": self.low_priority,
             "attempts": list(self.attempts),
+            "gpuMemoryPeakMb": self.gpu_memory_peak_mb,
+            "gpuUtilizationMeanPct": self.gpu_utilization_mean_pct,
         }
 
     @classmethod
@@ -355,6 +366,8 @@ class JobView:
             submitted_by=data.get("submittedBy"),
             low_priority=bool(data.get("lowPriority", False)),
             attempts=tuple(data.get("attempts", ())),
+            gpu_memory_peak_mb=data.get("gpuMemoryPeakMb"),
+            gpu_utilization_mean_pct=data.get("gpuUtilizationMeanPct"),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -128,6 +128,43 @@ class _UsageCollector:
         )
 
 
+class _GpuCollector:
+    """The latest GPU telemetry of each real device sampled (decision 0117), read at scrape time. Simulated devices,
+    and real ones whose telemetry is unknown, have no series: no number is shown that was not measured."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        util, used, total, temperature, power = families = self._families()
+        for device, reading in self.plane.state.gpus.readings(self.plane.index.devices):
+            labels = [device.node, str(device.index), device.uuid, device.model_name]
+            for family, value in (
+                (util, reading.utilization_pct),
+                (used, None if reading.memory_used_mb is None else reading.memory_used_mb * 1024 * 1024),
+                (total, None if reading.memory_total_mb is None else reading.memory_total_mb * 1024 * 1024),
+                (temperature, reading.temperature_c),
+                (power, reading.power_w),
+            ):
+                if value is not None:  # a figure the device does not report has no sample
+                    family.add_metric(labels, value)
+        return list(families)
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, ...]:
+        labels = ["node", "index", "uuid", "model"]
+        return (
+            GaugeMetricFamily("flashpoint_gpu_utilization_percent", "GPU utilisation (NVML), %", labels=labels),
+            GaugeMetricFamily("flashpoint_gpu_memory_used_bytes", "GPU memory used (NVML)", labels=labels),
+            GaugeMetricFamily("flashpoint_gpu_memory_total_bytes", "GPU memory in all (NVML)", labels=labels),
+            GaugeMetricFamily("flashpoint_gpu_temperature_celsius", "GPU temperature (NVML)", labels=labels),
+            GaugeMetricFamily("flashpoint_gpu_power_watts", "GPU power draw (NVML)", labels=labels),
+        )
+
+
 class RouteMetrics:
     """What route endpoints' requests took: a counter by endpoint, method, route and status, and a latency histogram
     (arrival to the answer's end, a held request's wait included) by endpoint, method and route. ``route`` is the
@@ -200,6 +237,7 @@ class PlaneMetrics:
         self._finished_by_status: dict[tuple[str, str], int] = {}
         self.registry.register(_PlaneCollector(plane, self._finished_by_status))
         self.registry.register(_UsageCollector(plane))
+        self.registry.register(_GpuCollector(plane))
         self.delay = Histogram(
             "flashpoint_job_delay_seconds",
             "Time from submit to the start of the job's last run",

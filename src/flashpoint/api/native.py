@@ -163,7 +163,21 @@ def flash_call(extra: dict[str, Any]) -> dict[str, str | None] | None:
 )
 async def get_fleet(request: Request, plane: Plane) -> Response:
     authorize(request, Operation.ADMIN, None, None)  # every app's workers, and the server's devices
-    return json_response({"devices": plane.fleet_view(), "nodes": plane.node_view(), "summary": plane.fleet_summary()})
+    return json_response(
+        {"devices": with_telemetry(plane), "nodes": plane.node_view(), "summary": plane.fleet_summary()}
+    )
+
+
+def with_telemetry(plane: ControlPlane) -> list[dict[str, Any]]:
+    """The fleet's device rows, each with its GPU telemetry (``scheduler/gpustats.py``): the latest sample of a real
+    device, "unknown" and why, or "simulated: no telemetry"."""
+    rows = plane.fleet_view()
+    devices = {device.key: device for device in plane.index.devices}
+    for row in rows:
+        device = devices.get((row["node"], row["index"]))
+        if device is not None:
+            row["telemetry"] = plane.state.gpus.telemetry(device)
+    return rows
 
 
 @router.get(

@@ -25,6 +25,28 @@ class ErrorBody(Schema):
     error: str | None = None
 
 
+class GpuProcess(Schema):
+    """A compute process NVML lists on a device."""
+
+    pid: int
+    memory_used_mb: int | None
+    worker: str | None = Field(description="the flashpoint worker it belongs to, when it is one")
+
+
+class DeviceTelemetry(Schema):
+    """A device's latest NVML sample, or why there is none."""
+
+    status: Literal["sampled", "unknown", "simulated"]
+    detail: str = Field(description='"simulated: no telemetry", or why it is unknown; empty when sampled')
+    sampled_at: float | None = Field(default=None, description="epoch seconds")
+    utilization_pct: float | None = None
+    memory_used_mb: int | None = None
+    memory_total_mb: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    processes: list[GpuProcess] = Field(default_factory=list)
+
+
 class Device(Schema):
     """One GPU of the fleet, and the worker and endpoint that hold it (null when free)."""
 
@@ -41,6 +63,9 @@ class Device(Schema):
     )
     worker: str | None
     endpoint: str | None
+    telemetry: DeviceTelemetry | None = Field(
+        default=None, description="the device's latest GPU telemetry; `simulated` devices have none"
+    )
 
 
 class Reservation(Schema):
@@ -240,6 +265,14 @@ class JobSummary(Schema):
     attempts: list[Attempt] = Field(
         default_factory=list,
         description="runs that ended without ending the job (preempted, worker lost), oldest first",
+    )
+    gpu_memory_peak_mb: int | None = Field(
+        default=None,
+        description="peak GPU memory (MiB) of its worker while it ran, from NVML samples; null when none saw it run "
+        "(simulated devices have no telemetry)",
+    )
+    gpu_utilization_mean_pct: float | None = Field(
+        default=None, description="mean GPU utilisation (%) of its worker's devices while it ran; null as above"
     )
 
 

@@ -55,6 +55,9 @@ class Started:
     device_ids: tuple[int, ...] | None = None
     #: where a route worker serves HTTP, ``host:port`` (an IPv6 host in brackets); None for a worker that pulls jobs
     address: str | None = None
+    #: the worker's process id on this machine (GPU telemetry attributes NVML's processes by it); None when the
+    #: backend runs it elsewhere or does not know it
+    pid: int | None = None
 
 
 #: the environment variables a route worker is told where to serve with (Runpod's load-balanced worker contract, plus

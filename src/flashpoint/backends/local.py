@@ -52,7 +52,7 @@ class LocalBackend:
             raise BackendError(f"worker {launch.worker_id}: {exc}") from exc
         self._procs[launch.worker_id] = proc
         self._watchers[launch.worker_id] = asyncio.create_task(self._watch(launch.worker_id, proc, on_line, on_exit))
-        return Started(address=where)
+        return Started(address=where, pid=proc.pid)
 
     async def _watch(
         self, worker_id: str, proc: asyncio.subprocess.Process, on_line: LineCallback, on_exit: ExitCallback

@@ -6,6 +6,7 @@ Edge module: may import anything in flashpoint, plus typer and rich.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -31,8 +32,10 @@ from flashpoint.cli.output import (
 from flashpoint.cli.target import KeyOption, UrlOption, ask, planes
 from flashpoint.config import Settings
 from flashpoint.fleet.discovery import discover_fleet
-from flashpoint.fleet.inventory import Fleet, Node
+from flashpoint.fleet.inventory import Device, Fleet, Node
+from flashpoint.fleet.telemetry import SIMULATED, NvmlReader, sampled_devices
 from flashpoint.gpus import MODELS, GpuGroup, pool_models
+from flashpoint.scheduler.gpustats import GpuStats
 from flashpoint.scheduler.ownership.leases import lease_dir
 from flashpoint.terminal import inert_data
 
@@ -100,6 +103,7 @@ def collect(url: str | None, key: str | None, notes: list[str] | None) -> tuple[
         source = "local"
         local = discover_fleet(settings, settings.simulated_gpus)
         body = _fleet_body(local, None)
+        _add_telemetry(body["devices"], local.devices, settings.node)
         # no plane of this user is announced, but another user's (or an unannounced) process may hold devices here
         held = held_devices(local.devices)
         mark_rows(body["devices"], local.devices, held)
@@ -135,6 +139,8 @@ def render(source: str, fleets: Sequence[dict[str, Any]], settings: Settings) ->
             parts.append(Text(f"{title}: none. Set FLASHPOINT_SIMULATED_GPUS=NVIDIA_H200:1 to simulate some."))
         else:
             parts.append(device_table(title, rows))
+            if not _telemetry_column(rows):  # every device simulated: one line says what a column would repeat
+                parts.append(Text(f"telemetry: {SIMULATED} (every device here is simulated)"))
             parts.append(summary_table(fleet["models"]))
         if fleet.get("nodes"):
             parts.append(node_table(fleet["nodes"]))
@@ -152,6 +158,43 @@ def _fleet_body(fleet: Fleet, url: str | None) -> dict[str, Any]:
         "models": model_summary(rows),
         "nodes": _node_rows(fleet.nodes),
     }
+
+
+def _add_telemetry(rows: list[dict[str, Any]], devices: Sequence[Device], node: str) -> None:
+    """Give each row (``rows[i]`` shows ``devices[i]``) its GPU telemetry: one NVML sample of this machine's real
+    devices, read now; "simulated: no telemetry" for simulated ones (nothing is invented for them)."""
+    stats = GpuStats()
+    readable = sampled_devices(devices, node)
+    if readable:
+        reader = NvmlReader()
+        try:
+            stats.record(reader.read(readable), (), time.time())
+        finally:
+            reader.close()
+    for row, device in zip(rows, devices, strict=True):
+        row["telemetry"] = stats.telemetry(device)
+
+
+def telemetry_text(telemetry: dict[str, Any] | None) -> str:
+    """A device's telemetry in words: "37% util, 812 / 81559 MiB, 41 °C, 72 W, 1 process", or why there is none
+    ("simulated: no telemetry", "unknown: ..."); a figure the device does not report is left out, never shown as 0."""
+    if not telemetry:
+        return "-"
+    if telemetry.get("status") != "sampled":
+        return str(telemetry.get("detail") or telemetry.get("status"))
+    parts = []
+    if telemetry.get("utilizationPct") is not None:
+        parts.append(f"{telemetry['utilizationPct']:g}% util")
+    if telemetry.get("memoryUsedMb") is not None and telemetry.get("memoryTotalMb") is not None:
+        parts.append(f"{telemetry['memoryUsedMb']} / {telemetry['memoryTotalMb']} MiB")
+    if telemetry.get("temperatureC") is not None:
+        parts.append(f"{telemetry['temperatureC']:g} °C")
+    if telemetry.get("powerW") is not None:
+        parts.append(f"{telemetry['powerW']:.0f} W")
+    processes = telemetry.get("processes") or []
+    if processes:
+        parts.append(f"{len(processes)} process{'es' if len(processes) > 1 else ''}")
+    return ", ".join(parts) or "sampled: no figures reported"
 
 
 def _node_rows(nodes: Sequence[Node]) -> list[dict[str, Any]]:
@@ -222,9 +265,16 @@ def _model_label(row: dict[str, Any]) -> str:
     return label
 
 
+def _telemetry_column(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether the device table has a telemetry column: some device is real (or its server says nothing of it)."""
+    return any((row.get("telemetry") or {}).get("status") != "simulated" for row in rows)
+
+
 def device_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
+    """The devices, who holds each, and (when some device is real) each one's GPU telemetry in words."""
     table = Table(title=title, title_justify="left")
-    for column in ("node", "index", "model", "pool", "VRAM", "kind", "status"):
+    telemetry = _telemetry_column(rows)
+    for column in ("node", "index", "model", "pool", "VRAM", "kind", "status", *(("telemetry",) if telemetry else ())):
         table.add_column(column, justify="right" if column in ("index", "VRAM") else "left")
     for row in rows:
         if row.get("process"):  # another process (its label names its worker), or what keeps this user out
@@ -241,6 +291,7 @@ def device_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
             f"{row['vramGb']} GB",
             "simulated" if row["simulated"] else "real",
             status,
+            *((telemetry_text(row.get("telemetry")),) if telemetry else ()),
         )
     return table
 

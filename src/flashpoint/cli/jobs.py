@@ -177,6 +177,24 @@ def timeline(body: dict[str, Any]) -> str:
     return " -> ".join(parts)
 
 
+def gpu_use_text(body: dict[str, Any]) -> str:
+    """A GPU job's figures while it ran (decision 0117): "peak 812 MiB, mean 43.5% utilisation"; "simulated: no
+    telemetry" on simulated devices; "not sampled" for an ended job no sample saw; "" for a job on no GPU."""
+    placement = body.get("placement") or {}
+    if not placement.get("gpuModel"):
+        return ""
+    if placement.get("simulated"):
+        return "simulated: no telemetry"
+    parts = []
+    if body.get("gpuMemoryPeakMb") is not None:
+        parts.append(f"peak {body['gpuMemoryPeakMb']} MiB")
+    if body.get("gpuUtilizationMeanPct") is not None:
+        parts.append(f"mean {body['gpuUtilizationMeanPct']}% utilisation")
+    if parts:
+        return ", ".join(parts)
+    return "recorded when it ends" if body.get("status") == "IN_PROGRESS" else "not sampled"
+
+
 def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
     """What ``flashpoint job ID`` draws: the job's texts inert, its output as terminal-safe JSON."""
     body = inert_data(raw)
@@ -194,6 +212,9 @@ def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
     grid.add_row("placement", Text(_placement_text(body.get("placement"))))
     if body.get("workerId"):
         grid.add_row("worker", Text(body["workerId"]))
+    gpu_use = gpu_use_text(body)
+    if gpu_use:
+        grid.add_row("GPU use", Text(gpu_use))
     grid.add_row("timeline", Text(timeline(body)))
     if body.get("retries"):
         grid.add_row("retries", str(body["retries"]))

@@ -53,6 +53,7 @@ export function drawFleet(fleet) {
             ? [pill("held", "held"), " ", endpointLink(d.endpoint), el("span", { cls: "note mono", text: " " + d.worker })]
             : pill("free", "free"),
         ),
+        el("td", { cls: "telemetry", text: telemetryText(d.telemetry) }),
       ),
     );
     const reservations = node && node.reservations && node.reservations.length
@@ -82,13 +83,28 @@ export function drawFleet(fleet) {
         head,
         facts,
         devices.length
-          ? table(["#", "Model", "VRAM", "Pool", "Mark", "Held by"], rows)
+          ? table(["#", "Model", "VRAM", "Pool", "Mark", "Held by", "Telemetry"], rows)
           : el("p", { cls: "empty", text: "no GPUs (CPU endpoints run here)" }),
         reservations,
       ),
     );
   }
   replace($("fleet-body"), cards.length ? el("div", { cls: "cards" }, cards) : el("p", { cls: "empty", text: "no nodes" }));
+}
+
+// a device's GPU telemetry in words: its latest NVML sample, or why there is none ("simulated: no telemetry",
+// "unknown: ..."); a figure the device does not report is left out, never drawn as 0
+export function telemetryText(t) {
+  if (!t) return "";
+  if (t.status !== "sampled") return t.detail || t.status;
+  const parts = [];
+  if (t.utilizationPct != null) parts.push(`${t.utilizationPct}% util`);
+  if (t.memoryUsedMb != null && t.memoryTotalMb != null) parts.push(`${t.memoryUsedMb} / ${t.memoryTotalMb} MiB`);
+  if (t.temperatureC != null) parts.push(`${t.temperatureC} °C`);
+  if (t.powerW != null) parts.push(`${Math.round(t.powerW)} W`);
+  const procs = t.processes || [];
+  if (procs.length) parts.push(`${procs.length} process${procs.length > 1 ? "es" : ""}`);
+  return parts.join(", ");
 }
 
 export function endpointLink(name) {

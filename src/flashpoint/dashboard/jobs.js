@@ -89,6 +89,17 @@ function detailHead(id, status) {
   );
 }
 
+// a job's GPU figures while it ran (peak memory, mean utilisation), recorded when it ends; a simulated device has
+// none, and a real one no sample saw says so rather than 0
+function gpuUseText(job, p) {
+  if (p.simulated) return "simulated: no telemetry";
+  const parts = [];
+  if (job.gpuMemoryPeakMb != null) parts.push(`peak ${job.gpuMemoryPeakMb} MiB`);
+  if (job.gpuUtilizationMeanPct != null) parts.push(`mean ${job.gpuUtilizationMeanPct}% utilisation`);
+  if (parts.length) return parts.join(", ");
+  return job.status === "IN_PROGRESS" ? "recorded when it ends" : "not sampled";
+}
+
 function drawDetail(job) {
   const ex = job.explanation || {};
   const p = job.placement;
@@ -126,6 +137,7 @@ function drawDetail(job) {
           p.gpuModel
             ? [el("dt", { text: "mark" }), el("dd", null, pill(p.simulated ? "simulated" : "real", p.simulated ? "simulated" : "real"))]
             : null,
+          p.gpuModel ? [el("dt", { text: "GPU use" }), el("dd", { cls: "gpu-use", text: gpuUseText(job, p) })] : null,
         )
       : el("p", { cls: "empty", text: "not placed yet" }),
     el("h4", { text: "Timeline" }),

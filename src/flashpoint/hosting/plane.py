@@ -102,6 +102,7 @@ def plane_settings(
         preempt_grace_s=settings.preempt_grace_s if role.preempt_grace_s is None else role.preempt_grace_s,
         idle_timeout_auto=settings.idle_timeout_auto,
         user_scalers=role.user_scalers,
+        gpu_sample_s=settings.gpu_sample_s,
     )
 
 

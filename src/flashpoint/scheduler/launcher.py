@@ -275,6 +275,7 @@ class Supervisor:
             return
         worker.device_ids = started.device_ids
         worker.address = started.address
+        worker.pid = started.pid
         if launch.http:
             self._on_serving(worker)
 

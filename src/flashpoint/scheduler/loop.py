@@ -30,10 +30,12 @@ from flashpoint.clock import SYSTEM_CLOCK, Clock
 from flashpoint.errors import InvalidEndpointError, InvalidTransitionError
 from flashpoint.explain import Explanation
 from flashpoint.fleet.inventory import Fleet
+from flashpoint.fleet.telemetry import NvmlReader, Reader
 from flashpoint.jobs import Job, JobError, JobStatus, JobView, Reason
 from flashpoint.scheduler import departed, draining, planner, readiness, views
 from flashpoint.scheduler.credentials import worker_credential
 from flashpoint.scheduler.envgate import EnvironmentGate, EnvironmentSource
+from flashpoint.scheduler.gpusampler import GpuSampler
 from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.launcher import AppSecrets, check_secrets, no_app_secrets
 from flashpoint.scheduler.ownership.leases import DeviceLeases
@@ -89,13 +91,15 @@ class ControlPlane:
         leases: DeviceLeases | None = None,
         secrets: AppSecrets | None = None,
         quotas: QuotaSource | None = None,
+        telemetry: Reader | None = None,
     ) -> None:
         """``settings`` are the plane's limits and tunables; the rest are what it is built from. ``probe`` asks a
         route worker's ``/ping`` (a test door's is scripted); ``environments`` builds endpoints' environments (the
         environment cache at its default root when None); ``leases`` the machine-wide device leases (this process's,
         in ``leases.lease_dir()``, when None); ``secrets`` the values of the secrets endpoints name in their ``env``,
         as the resolver of an endpoint's app (``spec.app``; None: of no app) (None: this plane has none, and an
-        endpoint that names one is refused); ``quotas`` the quotas in force (``scheduler/quotas.py``; None: none)."""
+        endpoint that names one is refused); ``quotas`` the quotas in force (``scheduler/quotas.py``; None: none);
+        ``telemetry`` reads GPU samples of this node's real devices (NVML when None; a test's recorded samples)."""
         self.settings = settings = settings or PlaneSettings()
         #: None: no secret store (the embedded plane, dev)
         self._secrets = secrets
@@ -120,6 +124,9 @@ class ControlPlane:
         #: quotas and budgets (decision 0113): the planner's limit, the jobs workers take, submit's budget check
         self.quotas = QuotaGate(state, quotas, usage=lambda: self.usage)
         self.reads = PlaneReads(state, plan=self.plan, quotas=self.quotas, auto_idle=settings.idle_timeout_auto)
+        #: GPU telemetry of this node's real devices, sampled in a worker thread (``gpusampler.py``, decision 0117)
+        reader = telemetry if telemetry is not None else NvmlReader()
+        self.telemetry = GpuSampler(state, reader, interval_s=settings.gpu_sample_s, node=settings.node)
         #: flashpoint's scalers' samples and calls, once a tick (``scheduler/scalers.py``)
         self.scalers = Scalers(state.endpoints, self.kick)
         # route serving is built before supervision, which it reaches through the plane once that is there
@@ -202,6 +209,7 @@ class ControlPlane:
         ``FakeClock`` starts without the ticker and calls ``tick()`` itself."""
         if ticking:
             self._tick_task = asyncio.create_task(self._ticker())
+            self.telemetry.start()
         self.supervisor.backend.watch(self.fleet_changed)
 
     def fleet_changed(self, fleet: Fleet) -> None:
@@ -216,6 +224,8 @@ class ControlPlane:
         log.info("fleet changed: %d device(s) joined, %d left; now %s", joined, left, self.fleet_summary())
         self.supervision.lose_departed(fleet)
         self.registry.judge_again()
+        if self._tick_task is not None:  # real devices of this node may have joined
+            self.telemetry.start()
         self.kick()
 
     def drain(self) -> None:
@@ -238,6 +248,7 @@ class ControlPlane:
         if self._tick_task is not None:
             self._tick_task.cancel()
         await self.scalers.close()
+        await self.telemetry.close()
         for ep in self.endpoints.values():
             release_takers(ep, None)
         await self.routes.close()

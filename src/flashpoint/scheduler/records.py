@@ -77,6 +77,8 @@ class Worker:
     unnamed: dict[str, float] = field(default_factory=dict)
     #: where a route worker serves HTTP (``host:port``), once its backend started it; None for a queue worker
     address: str | None = None
+    #: its process id on this machine, when its backend says (GPU telemetry's attribution; ``scheduler/gpustats.py``)
+    pid: int | None = None
     #: requests the server's proxy has handed a route worker and not yet seen answered
     in_flight: int = 0
     #: a route worker's route secret (``RouteServing.route_secret``), kept once computed: the proxy sends it per request

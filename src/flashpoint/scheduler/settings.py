@@ -65,3 +65,6 @@ class PlaneSettings:
     #: an endpoint's ``scaler=`` function may run in this plane's process (the embedded plane, dev); a server's
     #: plane refuses such endpoints at registration (``scheduler/scalers.py``)
     user_scalers: bool = True
+    #: seconds between two GPU telemetry samples of the real devices of this node (0: none; at least 1 s otherwise;
+    #: ``scheduler/gpusampler.py``)
+    gpu_sample_s: float = 5.0

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from flashpoint.clock import Clock
 from flashpoint.jobs import Job, JobError, JobStatus, Reason
 from flashpoint.scheduler import names
+from flashpoint.scheduler.gpustats import GpuStats
 from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.placement.index import FleetIndex
 from flashpoint.scheduler.records import EndpointState, Worker
@@ -42,6 +43,8 @@ class PlaneState:
     draining: bool = False
     #: every worker's device time (``usage.py``): the rooms tell it of each worker's changes
     usage: UsageMeter = field(init=False)
+    #: GPU telemetry: each device's latest sample and each running job's tally (``gpustats.py``, decision 0117)
+    gpus: GpuStats = field(default_factory=GpuStats)
 
     def __post_init__(self) -> None:
         self.usage = UsageMeter(self.clock, self.book)
@@ -61,6 +64,9 @@ class PlaneState:
     def finish(self, job: Job, status: JobStatus, reason: Reason, error: JobError | None = None) -> None:
         """End a job in the book, counted in its endpoint's counters (when it still has one)."""
         ep = self.endpoints.get(job.endpoint)
+        figures = self.gpus.settle(job.id)  # what the GPU sampler saw while it ran, kept on its record
+        if figures is not None:
+            job.gpu_memory_peak_mb, job.gpu_utilization_mean_pct = figures
         self.book.finish(job, status, reason, error, ep.counters if ep is not None else None)
 
     def fail_queued(self, ep: EndpointState, reason: Reason, error: JobError) -> None:

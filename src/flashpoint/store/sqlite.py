@@ -147,6 +147,8 @@ _PLAIN = (
     "execution_timeout_ms",
     "ttl_ms",
     "low_priority",
+    "gpu_memory_peak_mb",
+    "gpu_utilization_mean_pct",
 )
 _LISTS = ("logs", "chunks", "attempts")
 
