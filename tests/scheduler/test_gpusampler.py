@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +20,8 @@ from typing import Any
 import pytest
 
 from flashpoint import GpuType
+from flashpoint.backends.base import Launch
+from flashpoint.backends.local import LocalBackend
 from flashpoint.backends.stub import StubBackend
 from flashpoint.clock import FakeClock
 from flashpoint.config import Settings
@@ -224,3 +228,20 @@ def test_a_server_takes_its_interval_from_flashpoint_gpu_sample_s(text: str | No
 def test_a_bad_flashpoint_gpu_sample_s_is_refused_saying_what_to_write(text: str) -> None:
     with pytest.raises(ConfigError, match="FLASHPOINT_GPU_SAMPLE_S"):
         Settings.load(env={"FLASHPOINT_GPU_SAMPLE_S": text})
+
+
+async def test_the_local_backend_reports_its_workers_pid_which_heads_its_own_session() -> None:
+    # a real process: what attribution needs of it is its pid, and that its children share its session
+    backend = LocalBackend([])
+    up = asyncio.Event()
+    script = "import os, time; print(os.getsid(0), flush=True); time.sleep(60)"
+    launch = Launch("w1", "e", [sys.executable, "-c", script], dict(os.environ), ())
+    started = await backend.start(
+        launch, lambda worker_id, channel, line: up.set() if line.strip() else None, lambda w, code, cause="": None
+    )
+    try:
+        await asyncio.wait_for(up.wait(), 30)
+        assert started.pid is not None and started.pid != os.getpid()
+        assert os.getsid(started.pid) == started.pid
+    finally:
+        await backend.close()
