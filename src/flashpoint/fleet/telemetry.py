@@ -98,24 +98,23 @@ class NvmlReader:
             logger.debug("GPU telemetry unknown: %s", why)
         return Sample(failure=why)
 
-    def _open(self) -> Any:
-        if self._nvml is None:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-        return self._nvml
-
     def read(self, devices: Sequence[Device]) -> Sample:
         """One sample of ``devices`` (their UUIDs looked up in NVML); a device NVML cannot find or read is left
         out (its telemetry is unknown), and an NVML that fails as a whole gives ``Sample(failure=...)``."""
+        try:
+            import pynvml as nvml
+        except ImportError as exc:
+            return self._fail(f"pynvml is not installed ({exc})")
+        # what pynvml raises: its NVMLError subclasses (NotSupported, GpuIsLost, NotFound, ...), OSError from ctypes,
+        # and its library mismatch (a driver older than the bindings' unversioned calls)
+        failures = (nvml.NVMLError, OSError, getattr(nvml, "NVMLLibraryMismatchError", OSError))
         with self._lock:
-            try:
-                nvml = self._open()
-            except ImportError as exc:
-                return self._fail(f"pynvml is not installed ({exc})")
-            except Exception as exc:  # NVMLError (no driver, no library) or OSError
-                return self._fail(f"NVML could not start ({exc})")
+            if self._nvml is None:
+                try:
+                    nvml.nvmlInit()
+                except failures as exc:  # no driver, no library
+                    return self._fail(f"NVML could not start ({exc})")
+                self._nvml = nvml
             readings: list[DeviceReading] = []
             processes: list[ProcessReading] = []
             errors: list[str] = []
@@ -123,17 +122,18 @@ class NvmlReader:
                 try:
                     handle = nvml.nvmlDeviceGetHandleByUUID(device.uuid)
                     memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                except Exception as exc:  # "GPU is lost", an unknown UUID: this device alone is unknown
+                except failures as exc:  # "GPU is lost", an unknown UUID: this device alone is unknown
                     errors.append(f"{device.node}:{device.index} ({exc})")
                     continue
-                readings.append(_reading(nvml, handle, device.uuid, memory))
-                for proc in _figure(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or ():
+                readings.append(_reading(nvml, failures, handle, device.uuid, memory))
+                for proc in _processes(nvml, failures, handle):
                     used = getattr(proc, "usedGpuMemory", None)
                     pid = int(proc.pid)
                     processes.append(
                         ProcessReading(device.uuid, pid, int(used) // _MIB if used is not None else None, _session(pid))
                     )
             if errors and not readings:
+                self._shutdown()  # started again at the next read: a driver reloaded since needs a new nvmlInit
                 return self._fail("NVML could not read " + ", ".join(errors))
             if errors:
                 logger.debug("GPU telemetry: NVML could not read %s", ", ".join(errors))
@@ -145,18 +145,21 @@ class NvmlReader:
     def close(self) -> None:
         """Shut NVML down (a later ``read`` starts it again)."""
         with self._lock:
-            if self._nvml is not None:
-                try:
-                    self._nvml.nvmlShutdown()
-                except Exception as exc:
-                    logger.debug("nvmlShutdown failed (%s)", exc)
-                self._nvml = None
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        nvml, self._nvml = self._nvml, None
+        if nvml is not None:
+            try:
+                nvml.nvmlShutdown()
+            except (nvml.NVMLError, OSError) as exc:
+                logger.debug("nvmlShutdown failed (%s)", exc)
 
 
-def _reading(nvml: Any, handle: Any, uuid: str, memory: Any) -> DeviceReading:
-    utilization = _figure(nvml.nvmlDeviceGetUtilizationRates, handle)
-    temperature = _figure(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
-    power_mw = _figure(nvml.nvmlDeviceGetPowerUsage, handle)  # NVML reports milliwatts
+def _reading(nvml: Any, failures: tuple[type[Exception], ...], handle: Any, uuid: str, memory: Any) -> DeviceReading:
+    utilization = _figure(failures, nvml.nvmlDeviceGetUtilizationRates, handle)
+    temperature = _figure(failures, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
+    power_mw = _figure(failures, nvml.nvmlDeviceGetPowerUsage, handle)  # NVML reports milliwatts
     return DeviceReading(
         uuid=uuid,
         utilization_pct=float(utilization.gpu) if utilization is not None else None,
@@ -167,10 +170,19 @@ def _reading(nvml: Any, handle: Any, uuid: str, memory: Any) -> DeviceReading:
     )
 
 
-def _figure(read: Callable[..., Any], *args: Any) -> Any:
-    """One figure, or None where the device does not report it (NVMLError_NotSupported and the like): pynvml raises
-    its NVMLError subclasses (and OSError from ctypes), which nothing here can do better than call unknown."""
+def _processes(nvml: Any, failures: tuple[type[Exception], ...], handle: Any) -> list[Any]:
+    """The compute processes on a device: the bindings' newest call, or the older one a driver that predates it has."""
+    for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"):
+        listed = _figure(failures, getattr(nvml, name, lambda handle: None), handle)
+        if listed is not None:
+            return list(listed)
+    return []
+
+
+def _figure(failures: tuple[type[Exception], ...], read: Callable[..., Any], *args: Any) -> Any:
+    """One figure, or None where the device does not report it (NVMLError_NotSupported on some boards, a driver too
+    old for a call): a figure nobody can read is unknown, not an error."""
     try:
         return read(*args)
-    except Exception:
+    except failures:
         return None
