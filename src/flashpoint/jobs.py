@@ -200,6 +200,9 @@ class Job:
     #: saw them (decision 0117); None when no sample saw it run (simulated devices, CPU workers, too short a run)
     gpu_memory_peak_mb: int | None = None
     gpu_utilization_mean_pct: float | None = None
+    #: the cold start it waited on: its worker's phases, name -> seconds (``wire/coldstart.py``, decision 0118);
+    #: None when it ran on a worker that was ready before it came
+    cold_start: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         policy = self.extra.get("policy")
@@ -260,6 +263,7 @@ class Job:
             attempts=tuple(self.attempts),
             gpu_memory_peak_mb=self.gpu_memory_peak_mb,
             gpu_utilization_mean_pct=self.gpu_utilization_mean_pct,
+            cold_start=dict(self.cold_start) if self.cold_start else None,
         )
 
 
@@ -293,6 +297,8 @@ class JobView:
     #: its GPU figures while it ran (``Job.gpu_memory_peak_mb``, ``Job.gpu_utilization_mean_pct``)
     gpu_memory_peak_mb: int | None = None
     gpu_utilization_mean_pct: float | None = None
+    #: the cold start it waited on (``Job.cold_start``)
+    cold_start: dict[str, float] | None = None
 
     @classmethod
     def queued(cls, job_id: str, endpoint: str, created_at: float = 0.0) -> JobView:
@@ -334,6 +340,7 @@ class JobView:
             "attempts": list(self.attempts),
             "gpuMemoryPeakMb": self.gpu_memory_peak_mb,
             "gpuUtilizationMeanPct": self.gpu_utilization_mean_pct,
+            "coldStart": self.cold_start,
         }
 
     @classmethod
@@ -368,6 +375,7 @@ class JobView:
             attempts=tuple(data.get("attempts", ())),
             gpu_memory_peak_mb=data.get("gpuMemoryPeakMb"),
             gpu_utilization_mean_pct=data.get("gpuUtilizationMeanPct"),
+            cold_start=data.get("coldStart"),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -258,6 +258,13 @@ class PlaneMetrics:
             ["endpoint", "status", "reason"],
             registry=self.registry,
         )
+        self.cold_start = Histogram(
+            "flashpoint_cold_start_seconds",
+            "Phases of the cold starts finished jobs waited on (decision 0118), by endpoint and phase",
+            ["endpoint", "phase"],
+            registry=self.registry,
+            buckets=DELAY_BUCKETS,
+        )
         self._counters: dict[tuple[str, str, str], Counter] = {}
         self._delays: dict[str, Histogram] = {}
         self._executions: dict[str, Histogram] = {}
@@ -280,6 +287,8 @@ class PlaneMetrics:
             self._child(self.delay, self._delays, endpoint).observe(view.delay_time_ms / 1000)
         if view.execution_time_ms is not None:
             self._child(self.execution, self._executions, endpoint).observe(view.execution_time_ms / 1000)
+        for phase, seconds in (view.cold_start or {}).items():  # a job that waited on a cold start: its phases
+            self.cold_start.labels(endpoint, phase).observe(seconds)
 
     @staticmethod
     def _child(histogram: Histogram, cache: dict[str, Histogram], endpoint: str) -> Histogram:

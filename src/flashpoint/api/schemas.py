@@ -151,6 +151,11 @@ class Worker(Schema):
         default=None, description="where a route worker serves HTTP (host:port); null for a queue worker"
     )
     in_flight: int = Field(default=0, description="requests the server's proxy has handed a route worker, not answered")
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="its cold start's phases so far in seconds (decision 0118): environment, process, imports, init, "
+        "first_job, in that order; those unknown (a runpod worker's imports and init) absent",
+    )
     generation: int = Field(
         default=1, description="the endpoint's generation it runs (a deploy's rollout starts the next)"
     )
@@ -273,6 +278,11 @@ class JobSummary(Schema):
     )
     gpu_utilization_mean_pct: float | None = Field(
         default=None, description="mean GPU utilisation (%) of its worker's devices while it ran; null as above"
+    )
+    cold_start: dict[str, float] | None = Field(
+        default=None,
+        description="the cold start it waited on: its worker's phases in seconds (devices, environment, process, "
+        "imports, init, first_job; those unknown absent); null when its worker was ready before it came",
     )
 
 

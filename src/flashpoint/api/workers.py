@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flashpoint.scheduler.loop import ControlPlane
-from flashpoint.wire import codec, protocol
+from flashpoint.wire import codec, coldstart, protocol
 
 _EMPTY = Response(status_code=204)
 
@@ -82,7 +82,7 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
         if (bad := denied(request)) is not None:
             return bad
         p = request.path_params
-        jobs = await plane.take(p["endpoint"], p["worker"], 1)
+        jobs = await plane.take(p["endpoint"], p["worker"], 1, phases=request.headers.get(coldstart.HEADER))
         return json_response(jobs[0]) if jobs else _EMPTY
 
     async def take_batch(request: Request) -> Response:
@@ -93,7 +93,7 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
             size = max(1, min(int(request.query_params.get("batch_size", "1")), 1000))
         except ValueError:
             return error_response(400, "bad_request", "batch_size must be an integer")
-        jobs = await plane.take(p["endpoint"], p["worker"], size)
+        jobs = await plane.take(p["endpoint"], p["worker"], size, phases=request.headers.get(coldstart.HEADER))
         return json_response(jobs) if jobs else _EMPTY
 
     async def stop(request: Request) -> Response:

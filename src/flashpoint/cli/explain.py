@@ -51,6 +51,7 @@ from flashpoint.scheduler.views import never_summary
 from flashpoint.scheduler.whatif import Row, Verdict, what_if
 from flashpoint.spec import APP_NAME, EndpointSpec, endpoint_id, split_endpoint_id
 from flashpoint.terminal import inert
+from flashpoint.wire import coldstart
 
 #: what ``explain`` adds when no process runs
 _OFFLINE_HINT = ", or pass --app app.py to explain its endpoints against this machine's fleet"
@@ -68,6 +69,8 @@ class Item:
     asks: str | None = None
     placement: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the cold start a job waited on (its ``coldStart``), in the sentence form; empty when none
+    cold_start: str = ""
 
     def to_json(self) -> dict[str, Any]:
         body = self.explanation.to_json()
@@ -87,6 +90,8 @@ class Item:
             devices = ", ".join(str(i) for i in p.get("deviceIds", []))
             kind = "simulated" if p.get("simulated") else "real"
             lines.insert(1, f"  ran on {p.get('gpuModel') or 'CPU'} on {p.get('node')} (device {devices}, {kind})")
+        if self.cold_start:
+            lines.insert(1, f"  {self.cold_start}")
         return "\n".join(lines)
 
 
@@ -499,7 +504,8 @@ def _live(
             if not shown.matches(job["endpoint"]):
                 raise NotFoundError(f"job {target!r} is a job of {job['endpoint']!r}, not of {shown}")
             explanation = Explanation.from_json(job["explanation"])
-            return [Item(explanation, describe(plane), plane.pid, placement=job.get("placement"))]
+            cold = coldstart.sentence(coldstart.from_json(job.get("coldStart")))
+            return [Item(explanation, describe(plane), plane.pid, placement=job.get("placement"), cold_start=cold)]
     name = _filtered_name(found, target, shown, notes)
     for plane in found:
         endpoint = ask(plane, f"/v1/endpoints/{quote(name, safe='')}/explain", notes=notes)

@@ -39,6 +39,7 @@ from flashpoint.cli.target import (
 from flashpoint.errors import BadInputError, NotFoundError
 from flashpoint.jobs import JobStatus
 from flashpoint.terminal import inert, inert_data, json_text
+from flashpoint.wire import coldstart
 
 #: seconds one ``/v1/jobs/{id}/wait`` long-poll is held while ``call`` waits (the server allows 60)
 CALL_HOLD_S = 50.0
@@ -215,6 +216,8 @@ def job_view(plane: LivePlane, raw: dict[str, Any]) -> RenderableType:
     gpu_use = gpu_use_text(body)
     if gpu_use:
         grid.add_row("GPU use", Text(gpu_use))
+    if cold := coldstart.sentence(coldstart.from_json(body.get("coldStart"))):  # the cold start it waited on
+        grid.add_row("cold start", Text(cold))
     grid.add_row("timeline", Text(timeline(body)))
     if body.get("retries"):
         grid.add_row("retries", str(body["retries"]))

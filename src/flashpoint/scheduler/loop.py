@@ -616,9 +616,9 @@ class ControlPlane:
         check_secrets(spec, self._secrets)
 
     async def take(
-        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
+        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None, phases: str | None = None
     ) -> list[dict[str, Any]]:
-        return await self.protocol.take(endpoint, worker_id, count, hold_s)
+        return await self.protocol.take(endpoint, worker_id, count, hold_s, phases)
 
     def done(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
         self.protocol.done(endpoint, worker_id, job_id, body)

@@ -21,7 +21,7 @@ from flashpoint.scheduler.jobbook import JobBook
 from flashpoint.scheduler.records import EndpointState, Taker, Worker, WorkerState
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.scheduler.waiters import settle_after, wake
-from flashpoint.wire import codec, protocol
+from flashpoint.wire import codec, coldstart, protocol
 
 log = logging.getLogger("flashpoint.plane")
 
@@ -56,15 +56,20 @@ class WorkerProtocol:
 
     # the verbs
 
-    def _worker(self, endpoint: str, worker_id: str, *, exchange: bool = True) -> Worker | None:
+    def _worker(
+        self, endpoint: str, worker_id: str, *, exchange: bool = True, phases: str | None = None
+    ) -> Worker | None:
         """The worker a request names (None if unknown); its first request makes a starting (queue) worker ready.
-        ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not)."""
+        ``exchange``: the request takes jobs or posts results (pings and the job-stop long-poll do not);
+        ``phases``: the cold-start phases a flashpoint worker reports on its takes (``wire/coldstart.py``'s header)."""
         worker = self._workers.get(worker_id)
         if worker is None or worker.endpoint != endpoint:
             return None
         now = self._clock.monotonic()
         if exchange:
             worker.last_exchange = now
+        if phases and worker.ever_ready:  # a ping made it ready before its first take reported its phases
+            worker.phases = coldstart.reported_late(worker.phases, phases)
         if worker.state is WorkerState.STARTING:
             ep = self._endpoints[endpoint]
             if ep.spec.serves_routes:  # a route worker is ready when its /ping says so (routeserving), not before
@@ -74,15 +79,17 @@ class WorkerProtocol:
             worker.idle_since = now
             ep.start_failures = ep.start_losses = 0
             ep.traffic.cold_start(now - worker.started_at)  # keep-warm's cost of a cold start
+            worker.phases = coldstart.ready_phases(worker.phases, now - worker.started_at, phases)
             self._state.usage.observe(worker)
         return worker
 
     async def take(
-        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None
+        self, endpoint: str, worker_id: str, count: int = 1, hold_s: float | None = None, phases: str | None = None
     ) -> list[dict[str, Any]]:
-        """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop)."""
+        """Long-poll: up to ``count`` jobs for this worker, or [] once ``hold_s`` passes (or the worker must stop);
+        ``phases``: the cold-start phases the worker reports (``wire/coldstart.py``)."""
         ep = self._endpoints.get(endpoint)
-        worker = self._worker(endpoint, worker_id)
+        worker = self._worker(endpoint, worker_id, phases=phases)
         hold = self.take_hold_s if hold_s is None else hold_s
         if ep is None or worker is None:  # unknown: hold anyway, so a misconfigured worker does not spin
             await asyncio.sleep(min(hold, 5.0))
@@ -137,6 +144,11 @@ class WorkerProtocol:
         ep.takers.extendleft(reversed(retiring))
 
     def _assign(self, job: Job, worker: Worker) -> None:
+        if worker.phases and "first_job" not in worker.phases:  # its first job: the start's phases go on the job
+            now, wall = self._clock.monotonic(), self._clock.time()
+            worker.phases, job.cold_start = coldstart.first_job(
+                worker.phases, job.created_at, wall - (now - worker.started_at), wall - (now - worker.idle_since), wall
+            )
         self._book.taken(job, worker.id, worker.placement())
         worker.jobs = worker.jobs | {job.id}
         worker.unnamed.pop(job.id, None)

@@ -96,6 +96,8 @@ class Worker:
     #: stopped to give its devices to this endpoint (an idle yield or a preemption): while it stops, its devices count
     #: as coming to that endpoint, so no other worker is stopped for the same start
     stopping_for: str | None = None
+    #: its cold start's phases so far, name -> seconds in ``wire/coldstart.py``'s order (decision 0118)
+    phases: dict[str, float] = field(default_factory=dict)
     #: the census of the endpoint whose ``workers`` holds it (``WorkerSet``), which it keeps true as it changes
     census: Census | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -148,6 +150,7 @@ class Worker:
             "inFlight": self.in_flight,
             "generation": self.generation,
             "standby": self.standby,
+            "phases": dict(self.phases),
         }
 
 

@@ -149,6 +149,7 @@ _PLAIN = (
     "low_priority",
     "gpu_memory_peak_mb",
     "gpu_utilization_mean_pct",
+    "cold_start",
 )
 _LISTS = ("logs", "chunks", "attempts")
 

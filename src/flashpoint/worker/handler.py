@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import time
 import traceback
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -30,6 +31,9 @@ from flashpoint.jobs import Reason
 from flashpoint.runpodapps.handles import ApiHandle, FunctionHandle
 from flashpoint.runpodapps.serving import worker_init
 from flashpoint.wire import codec, protocol
+
+#: this process's cold-start phases as ``load_target`` measured them (``imports``, ``init``; ``wire/coldstart.py``)
+LOAD_PHASES: dict[str, float] = {}
 
 
 def load_target(import_path: str | None = None, pickle_file: str | None = None) -> Any:
@@ -43,6 +47,7 @@ def load_target(import_path: str | None = None, pickle_file: str | None = None) 
 
 
 def _load(import_path: str | None, pickle_file: str | None) -> Any:
+    began = time.perf_counter()
     if pickle_file is not None:
         import pickle
 
@@ -66,8 +71,11 @@ def _load(import_path: str | None, pickle_file: str | None) -> Any:
         raise ValueError("a worker needs --import PATH or --pickle FILE")
     if isinstance(obj, ApiHandle):
         return obj  # Runpod SDK 2.x's @app.api: the route worker serves its app (routeserver, runpodapps.serving)
+    imported = time.perf_counter()
+    LOAD_PHASES.setdefault("imports", imported - began)  # the first load is the start's (a shared table loads more)
     if isinstance(obj, FunctionHandle):
         worker_init(obj)  # Runpod SDK 2.x's @fn.init: once, before the worker takes a job
+        LOAD_PHASES.setdefault("init", time.perf_counter() - imported)
     return getattr(obj, "__wrapped__", obj)
 
 

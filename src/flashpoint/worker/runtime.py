@@ -23,9 +23,17 @@ from typing import Any, TextIO
 
 from flashpoint.jobs import Reason
 from flashpoint.sdk.context import current_job_id, reset_current_job, set_current_job
-from flashpoint.wire import codec, protocol
+from flashpoint.wire import codec, coldstart, protocol
 from flashpoint.worker import isolation
-from flashpoint.worker.handler import Emit, Handler, HandlerError, error_body, load_target, max_instances
+from flashpoint.worker.handler import (
+    LOAD_PHASES,
+    Emit,
+    Handler,
+    HandlerError,
+    error_body,
+    load_target,
+    max_instances,
+)
 from flashpoint.worker.launch import die_with_parent
 
 log = logging.getLogger("flashpoint.worker")
@@ -119,8 +127,11 @@ class Runtime:
         parent_pid: int | None = None,
         max_post_bytes: int = codec.MAX_RESULT_BYTES,
         single_use: bool = False,
+        phases: str = "",
     ) -> None:
         self.handler = handler
+        #: the cold-start phases only this process sees (``wire/coldstart.py``'s header), sent on its first take
+        self._phases = phases
         self.single_use = single_use
         self.urls = urls
         self.api_key = api_key
@@ -167,8 +178,10 @@ class Runtime:
                     task.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
 
-    async def _request(self, method: str, url: str, data: bytes | None = None) -> tuple[int, bytes]:
-        async with self.session.request(method, url, data=data) as response:
+    async def _request(
+        self, method: str, url: str, data: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
+        async with self.session.request(method, url, data=data, headers=headers) as response:
             return response.status, await response.read()
 
     def stop(self) -> None:
@@ -256,12 +269,16 @@ class Runtime:
 
     async def _post(self, results: list[bytes], take: int) -> list[dict[str, Any]]:
         """Post ``results`` and/or take up to ``take`` jobs; the jobs the answer carries."""
+        # the phases go with the takes until one is answered (the first take makes the worker ready)
+        headers = {coldstart.HEADER: self._phases} if self._phases and take else None
         if results:
             url = self.urls.done_batch + (f"&take={take}" if take else "")
-            response = await self._request("POST", url, b"[" + b",".join(results) + b"]")
+            response = await self._request("POST", url, b"[" + b",".join(results) + b"]", headers)
         else:
             url = f"{self.urls.take_batch}&batch_size={take}&job_in_progress={int(bool(self.running))}"
-            response = await self._request("GET", url)
+            response = await self._request("GET", url, None, headers)
+        if headers is not None and response[0] < 300:
+            self._phases = ""  # reported: once is enough
         return _jobs_from(response)
 
     def _start(self, job: dict[str, Any]) -> None:
@@ -414,6 +431,7 @@ def main(import_path: str | None, pickle_file: str | None, env: dict[str, str] |
         parent_pid=int(parent) if parent else None,
         max_post_bytes=int(env.get("FLASHPOINT_MAX_RESULT_BYTES", str(codec.MAX_RESULT_BYTES))),
         single_use=env.get(protocol.SINGLE_USE_ENV) == "1",  # one job, its result, then the process ends
+        phases=coldstart.encode(LOAD_PHASES),
     )
     try:
         import uvloop
