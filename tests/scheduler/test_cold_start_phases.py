@@ -92,3 +92,21 @@ async def test_a_job_that_came_after_its_worker_was_ready_waited_on_no_cold_star
 
     assert later.cold_start is None
     assert first.cold_start is not None  # the start's phases stay with the job that waited on it
+
+
+async def test_phases_a_worker_reports_after_its_ping_made_it_ready_still_count() -> None:
+    # Given a worker whose ping (at 10 s) makes it ready before its first take
+    door = await open_door("node-a=NVIDIA_H200:1")
+    job, worker = await blocked_start(door)
+    door.clock.advance(10)
+    door.plane.ping("ep", worker.id)
+    assert worker.phases == {"process": 10.0}
+
+    # When its take, a second later, reports its imports and init
+    door.clock.advance(1)
+    assert await take(door, worker, "imports=2,init=5") == job.id
+
+    # Then they come out of the start's process, and the first job waited the second between
+    assert worker.phases == {"process": 3.0, "imports": 2.0, "init": 5.0, "first_job": 1.0}
+    assert job.cold_start is not None and job.started_at is not None
+    assert sum(job.cold_start.values()) == pytest.approx(job.started_at - job.created_at)

@@ -98,6 +98,27 @@ def test_the_first_job_carries_the_start_it_waited_on(created_at: float, job_pha
 
 
 @pytest.mark.parametrize(
+    ("built", "devices", "environment"),
+    [
+        (None, 10.0, None),  # no environment of its own: the whole wait before the start is for devices
+        ((85.0, 94.0), 6.0, 4.0),  # a build that ran 85-94: the job (queued at 90) waited 4 s of it
+        ((95.0, 95.01), 9.99, 0.01),  # a cache hit
+        ((70.0, 80.0), 10.0, 0.0),  # built before the job came
+    ],
+)
+def test_the_wait_before_the_start_is_split_between_environment_and_devices(
+    built: tuple[float, float] | None, devices: float, environment: float | None
+) -> None:
+    # a job queued at 90; its worker started at 100, ready at 110; the job starts at 110
+    _, job = coldstart.first_job({"process": 10.0}, 90.0, 100.0, 110.0, 110.0, built)
+    assert job is not None
+    assert job["devices"] == pytest.approx(devices)
+    assert job.get("environment") == (None if environment is None else pytest.approx(environment))
+    assert list(job) == [name for name in coldstart.PHASES if name in job]
+    assert sum(job.values()) == pytest.approx(20.0)  # still the job's whole wait
+
+
+@pytest.mark.parametrize(
     ("phases", "text"),
     [
         ({}, ""),

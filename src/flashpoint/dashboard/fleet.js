@@ -179,6 +179,7 @@ function drawEndpoint(ep) {
       el("td", null, pill(w.state, "w-" + w.state), w.retiring ? [" ", pill("retiring")] : null),
       el("td", { text: placementText(w.placement) }),
       el("td", { cls: "mono", text: (w.jobs || []).join(", ") || (w.address ? `serves ${w.address}` : "") }),
+      el("td", { cls: "mono", text: phasesText(w.phases) }),
     ),
   );
   return el(
@@ -204,7 +205,7 @@ function drawEndpoint(ep) {
     el("p", { cls: "summary", text: ex.summary || "" }),
     reasonsTable(ex.reasons || []),
     (ex.notes || []).length ? el("ul", { cls: "note" }, ex.notes.map((n) => el("li", { text: n }))) : null,
-    workers.length ? table(["Worker", "State", "Placement", "Jobs"], workers) : null,
+    workers.length ? table(["Worker", "State", "Placement", "Jobs", "Cold start"], workers) : null,
   );
 }
 
@@ -229,6 +230,15 @@ export function scheduleText(schedule) {
   const cron = `${schedule.cron} (UTC)`;
   if (!schedule.active) return `${cron} · not run by this plane (flashpoint serve runs schedules)`;
   return schedule.next ? `${cron} · next ${schedule.next.replace("T", " ").replace(/:00Z$/, " UTC")}` : cron;
+}
+
+// a worker's cold start by phase (decision 0118), in the order the plane sends them: "0.4 s process · 1.0 s imports"
+export function phasesText(phases) {
+  const words = { first_job: "to first job" };
+  return Object.entries(phases || {})
+    .filter(([, s]) => typeof s === "number" && Number.isFinite(s))
+    .map(([name, s]) => `${s < 10 ? s.toFixed(1) : s.toFixed(0)} s ${words[name] || name}`)
+    .join(" · ");
 }
 
 function placementText(p) {

@@ -246,7 +246,7 @@ class EnvironmentGate:
         if ep.environment is not status or self._closed:  # nobody's (redeclared, or the plane closed): let it go
             environment.release()
             return
-        status.state, status.environment = READY, environment
+        status.state, status.environment, status.built = READY, environment, self.clock.monotonic()
         self._held.append(environment)
         log.info("the environment of %s is ready: %s", name, environment.python)
         self.on_ready(ep)

@@ -146,8 +146,16 @@ class WorkerProtocol:
     def _assign(self, job: Job, worker: Worker) -> None:
         if worker.phases and "first_job" not in worker.phases:  # its first job: the start's phases go on the job
             now, wall = self._clock.monotonic(), self._clock.time()
+            ep = self._endpoints.get(worker.endpoint)
+            env = ep.environment if ep is not None else None
+            built = (env.started, env.built) if env is not None and env.built is not None else None
             worker.phases, job.cold_start = coldstart.first_job(
-                worker.phases, job.created_at, wall - (now - worker.started_at), wall - (now - worker.idle_since), wall
+                worker.phases,
+                job.created_at,
+                wall - (now - worker.started_at),
+                wall - (now - worker.idle_since),
+                wall,
+                None if built is None else (wall - (now - built[0]), wall - (now - built[1])),
             )
         self._book.taken(job, worker.id, worker.placement())
         worker.jobs = worker.jobs | {job.id}

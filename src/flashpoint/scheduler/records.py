@@ -177,6 +177,8 @@ class EnvStatus:
     environment: Environment | None = None
     #: the failure, in words, with the installer's output tail
     error: str = ""
+    #: monotonic time it became ready (a build's end, or a cache hit's): a cold start's ``environment`` phase
+    built: float | None = None
 
     def waiting_detail(self, now: float) -> str:
         """The ``building_environment`` reason's words."""

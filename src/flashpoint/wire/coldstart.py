@@ -89,17 +89,28 @@ def ready_phases(known: Mapping[str, float], start_to_ready_s: float, header: st
 
 
 def first_job(
-    phases: Mapping[str, float], created_at: float, started_at: float, ready_at: float, now: float
+    phases: Mapping[str, float],
+    created_at: float,
+    started_at: float,
+    ready_at: float,
+    now: float,
+    built: tuple[float, float] | None = None,
 ) -> tuple[dict[str, float], dict[str, float] | None]:
     """A worker's first job starts ``now`` (wall clock, as the others): the worker's phases with ``first_job`` (ready
     to now), and the job's cold start: None when the job came after the worker was ready (it waited on no start),
-    else the worker's phases with ``devices`` (the job's wait before the worker started, never below zero). A job
-    that came while the worker started waited on part of its phases only: its ``devices`` is 0 and the sum is more
-    than its wait."""
+    else the worker's phases with ``devices``, the job's wait before the worker started (never below zero), less
+    ``environment``: the part of that wait its endpoint's environment spent building, ``built`` = (began, ready),
+    (a cache hit: about nothing; None: the endpoint has no environment of its own). A job that came while the worker
+    started waited on part of its phases only: its ``devices`` is 0 and the sum is more than its wait."""
     mine = ordered({**phases, "first_job": max(0.0, now - ready_at)})
     if created_at >= ready_at:
         return mine, None
-    return mine, ordered({**mine, "devices": max(0.0, started_at - created_at)})
+    waited = max(0.0, started_at - created_at)
+    job = {**mine, "devices": waited}
+    if built is not None:
+        environment = min(waited, max(0.0, min(built[1], started_at) - max(built[0], created_at)))
+        job.update(environment=environment, devices=waited - environment)
+    return mine, ordered(job)
 
 
 def from_json(data: object) -> dict[str, float]:
