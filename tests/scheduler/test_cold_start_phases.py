@@ -110,3 +110,19 @@ async def test_phases_a_worker_reports_after_its_ping_made_it_ready_still_count(
     assert worker.phases == {"process": 3.0, "imports": 2.0, "init": 5.0, "first_job": 1.0}
     assert job.cold_start is not None and job.started_at is not None
     assert sum(job.cold_start.values()) == pytest.approx(job.started_at - job.created_at)
+
+
+async def test_a_route_worker_s_whole_start_to_its_first_200_is_process() -> None:
+    # Given a route endpoint whose worker started at zero, held by a request
+    door = await open_door("node-a=NVIDIA_H200:1")
+    door.routes_endpoint(name="api", gpu="NVIDIA H200", workers=(1, 1))
+    await door.step()
+    worker = door.worker("api")
+    assert worker.phases == {}
+
+    # When its /ping answers 200 four seconds later
+    door.clock.advance(4)
+    await door.ready(worker)
+
+    # Then its start is on its record: it reports no imports or init, so all of it is process
+    assert worker.phases == {"process": 4.0}

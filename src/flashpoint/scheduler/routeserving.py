@@ -32,6 +32,7 @@ from flashpoint.scheduler.readiness import Probe, Verdict
 from flashpoint.scheduler.records import EndpointState, Worker, WorkerState
 from flashpoint.scheduler.state import PlaneState
 from flashpoint.spec import EndpointSpec, ServerlessScalerType
+from flashpoint.wire import coldstart
 
 log = logging.getLogger("flashpoint.plane")
 
@@ -272,6 +273,8 @@ class RouteServing:
         worker.idle_since = self._clock.monotonic()
         ep.start_failures = ep.start_losses = 0
         ep.traffic.cold_start(worker.idle_since - worker.started_at)  # keep-warm's cost of a cold start
+        # its start's phases (decision 0118): a route worker reports none, so launch to its first 200 is process
+        worker.phases = coldstart.ready_phases(worker.phases, worker.idle_since - worker.started_at, None)
         self._state.usage.observe(worker)
         log.info("worker %s of %s is ready at %s", worker.id, worker.endpoint, worker.address)
         self.serve_held(ep)
