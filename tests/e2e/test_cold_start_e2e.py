@@ -1,15 +1,17 @@
 """Cold starts measured by phase with real processes (decision 0118; issue 25, point 6): ``flashpoint serve`` of an
 app whose module sleeps 1 s on import and whose ``@init`` hook sleeps 1.5 s; its first job's ``coldStart`` holds
 the phases, the worker's measured imports and init among them, and they sum to the job's observed queue-to-start
-time. Simulated GPUs only."""
+time; and a Flash class's constructor, which runs in its worker's first job, as that job's init. Simulated GPUs
+only."""
 
 from __future__ import annotations
 
 import os
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -85,3 +87,46 @@ def test_a_cold_start_s_phases_are_recorded_and_sum_to_the_job_s_wait(server: st
         metrics = client.get("/metrics").text
         for name in phases:
             assert f'flashpoint_cold_start_seconds_count{{endpoint="lab.default.slow",phase="{name}"}} 1.0' in metrics
+
+
+CONSTRUCT_S = 1.0
+
+
+async def test_a_class_s_constructor_is_its_first_job_s_init(make_embedded: Callable[..., Any]) -> None:
+    from flashpoint import Endpoint, GpuType
+
+    embedded = make_embedded("NVIDIA_H200:1")
+
+    @Endpoint(name="slow-model", gpu=GpuType.NVIDIA_H200, workers=(0, 1))
+    class Model:
+        def __init__(self, scale: int) -> None:
+            import time
+
+            time.sleep(CONSTRUCT_S)  # a slow model load, in the worker's first job
+            self.scale = scale
+
+        def predict(self, x: int) -> int:
+            return self.scale * x
+
+    # When the first call of a class endpoint at zero workers builds its instance
+    assert await Model(3).predict(2) == 6
+    # and a second call uses it
+    assert await Model(3).predict(5) == 15
+
+    headers = {"Authorization": embedded.api_key}
+    async with httpx.AsyncClient(base_url=embedded.url, headers=headers, timeout=30) as client:
+        jobs = sorted((await client.get("/v1/jobs")).json()["jobs"], key=lambda j: j["createdAt"])
+        first, second = [(await client.get(f"/v1/jobs/{job['id']}")).json() for job in jobs]
+        (endpoint,) = (await client.get("/v1/endpoints")).json()["endpoints"]
+
+    # Then the constructor is the first job's init (measured by the worker, at least its sleep), and the worker's too
+    phases = first["coldStart"]
+    assert list(phases) == ["devices", "process", "imports", "init", "first_job"]
+    assert CONSTRUCT_S <= phases["init"] < CONSTRUCT_S + 1.0
+    # the job's phases sum to its wait plus the constructor, which ran inside it
+    assert abs(sum(phases.values()) - phases["init"] - first["delayTime"] / 1000) <= TOLERANCE_S
+    assert first["executionTime"] / 1000 >= phases["init"]
+    (worker,) = endpoint["workers"]
+    assert worker["phases"]["init"] == phases["init"]
+    # and the second call waited on no cold start
+    assert second.get("coldStart") is None

@@ -126,3 +126,42 @@ async def test_a_route_worker_s_whole_start_to_its_first_200_is_process() -> Non
 
     # Then its start is on its record: it reports no imports or init, so all of it is process
     assert worker.phases == {"process": 4.0}
+
+
+async def done_batch(door: Door, worker: Worker, job_id: str, header: str | None) -> None:
+    headers = {coldstart.HEADER: header} if header is not None else {}
+    async with door.worker_client(worker) as client:
+        answer = await client.post(
+            f"/v2/ep/job-done-batch/{worker.id}", json=[{"id": job_id, "output": 1}], headers=headers
+        )
+    assert answer.status_code < 300
+    await door.settle()
+
+
+async def test_a_class_s_constructor_reported_with_the_first_result_is_init_on_the_worker_and_that_job() -> None:
+    # Given a class endpoint's worker that started with its imports measured and took the job that waited on it
+    door = await open_door("node-a=NVIDIA_H200:1")
+    job, worker = await blocked_start(door)
+    door.clock.advance(10)
+    assert await take(door, worker, "imports=2") == job.id
+    waited = dict(job.cold_start or {})
+    assert "init" not in waited
+
+    # When its first result comes with the constructor's time (the model load ran inside that job)
+    await done_batch(door, worker, job.id, "init=35")
+
+    # Then init is on the worker's start and on the job, kept in the store, and the job's phases sum to its wait
+    # plus the constructor
+    assert worker.phases == {"process": 8.0, "imports": 2.0, "init": 35.0, "first_job": 0.0}
+    assert job.cold_start == coldstart.ordered({**waited, "init": 35.0})
+    stored = door.plane.store.get(job.id)
+    assert stored is not None and stored.cold_start == job.cold_start
+    assert job.started_at is not None
+    assert sum(job.cold_start.values()) == pytest.approx(job.started_at - job.created_at + 35.0)
+
+    # and a second report, with a later job's result, changes nothing
+    later = door.submit("ep")
+    await door.settle()
+    assert await door.pull(worker) == [later.id]
+    await done_batch(door, worker, later.id, "init=99")
+    assert worker.phases["init"] == 35.0 and later.cold_start is None

@@ -145,3 +145,21 @@ def test_the_sentence(phases: dict, text: str) -> None:
 )
 def test_phases_read_from_json_keep_known_finite_non_negative_numbers(data: object, expected: dict) -> None:
     assert coldstart.from_json(data) == expected
+
+
+@pytest.mark.parametrize(
+    ("phases", "header", "expected"),
+    [
+        # a class's constructor, reported with its first job's result
+        ({"process": 3.0, "imports": 2.0, "first_job": 0.5}, "init=35", 35.0),
+        # before the first job began, or after an init hook was reported, or not a bounded number: nothing
+        ({"process": 3.0, "imports": 2.0}, "init=35", None),
+        ({"process": 3.0, "init": 5.0, "first_job": 0.5}, "init=35", None),
+        ({"process": 3.0, "first_job": 0.5}, "init=-1,imports=4", None),
+        ({"process": 3.0, "first_job": 0.5}, "init=" + "9" * 500, None),
+    ],
+)
+def test_a_class_s_constructor_reported_with_its_first_result(
+    phases: dict, header: str, expected: float | None
+) -> None:
+    assert coldstart.constructed(phases, header) == expected

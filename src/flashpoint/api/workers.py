@@ -138,7 +138,9 @@ def worker_routes(plane: ControlPlane) -> list[Route]:
             return error_response(400, "bad_json", f"job-done-batch needs a JSON list and an integer take: {exc}")
         if not isinstance(body, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in body):
             return error_response(400, "bad_request", 'job-done-batch takes a list of results: [{"id": JOB, ...}]')
-        jobs = await plane.done_batch(p["endpoint"], p["worker"], [(r["id"], r) for r in body], take)
+        results = [(r["id"], r) for r in body]
+        phases = request.headers.get(coldstart.HEADER)
+        jobs = await plane.done_batch(p["endpoint"], p["worker"], results, take, phases)
         return json_response(jobs) if jobs else _EMPTY
 
     async def chunk(request: Request) -> Response:

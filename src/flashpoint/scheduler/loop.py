@@ -624,9 +624,14 @@ class ControlPlane:
         self.protocol.done(endpoint, worker_id, job_id, body)
 
     async def done_batch(
-        self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
+        self,
+        endpoint: str,
+        worker_id: str,
+        results: list[tuple[str, Any]],
+        take: int = 0,
+        phases: str | None = None,
     ) -> list[dict[str, Any]]:
-        return await self.protocol.done_batch(endpoint, worker_id, results, take)
+        return await self.protocol.done_batch(endpoint, worker_id, results, take, phases)
 
     def chunk(self, endpoint: str, worker_id: str, job_id: str, body: Any) -> None:
         self.protocol.chunk(endpoint, worker_id, job_id, body)

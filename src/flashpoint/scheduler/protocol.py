@@ -157,6 +157,7 @@ class WorkerProtocol:
                 wall,
                 None if built is None else (wall - (now - built[0]), wall - (now - built[1])),
             )
+            worker.first_job = job.id
         self._book.taken(job, worker.id, worker.placement())
         worker.jobs = worker.jobs | {job.id}
         worker.unnamed.pop(job.id, None)
@@ -192,16 +193,39 @@ class WorkerProtocol:
         self.done(endpoint, worker_id, job_id, body)
 
     async def done_batch(
-        self, endpoint: str, worker_id: str, results: list[tuple[str, Any]], take: int = 0
+        self,
+        endpoint: str,
+        worker_id: str,
+        results: list[tuple[str, Any]],
+        take: int = 0,
+        phases: str | None = None,
     ) -> list[dict[str, Any]]:
         """Several results of one worker (``(job id, body)``), then, with ``take``, a long-poll for up to that many
-        jobs: flashpoint's own worker posts what finished together in one exchange, which carries its next jobs."""
+        jobs: flashpoint's own worker posts what finished together in one exchange, which carries its next jobs.
+        ``phases``: a class endpoint's constructor time, reported with its first job's result
+        (``wire/coldstart.py``)."""
+        if phases:
+            self._constructed(endpoint, worker_id, phases)
         for job_id, body in results:
             self.done(endpoint, worker_id, job_id, body)
         worker = self._workers.get(worker_id)
         if take > 0 and worker is not None and worker.takes_jobs:
             return await self.take(endpoint, worker_id, take)
         return []
+
+    def _constructed(self, endpoint: str, worker_id: str, header: str) -> None:
+        """A class endpoint's worker measured its first constructor: its ``init``, on its phases and on its first
+        job's (before that job's result is applied, so its record and the cold-start histogram have it)."""
+        worker = self._workers.get(worker_id)
+        if worker is None or worker.endpoint != endpoint:
+            return
+        seconds = coldstart.constructed(worker.phases, header)
+        if seconds is None:
+            return
+        worker.phases = coldstart.ordered({**worker.phases, "init": seconds})
+        job = self._book.find(worker.first_job) if worker.first_job is not None else None
+        if job is not None and job.worker_id == worker_id and job.status is JobStatus.IN_PROGRESS:
+            job.cold_start = coldstart.ordered({**(job.cold_start or {}), "init": seconds})
 
     def _complete(self, job: Job, body: dict[str, Any]) -> None:
         error = body.get("error")

@@ -98,6 +98,8 @@ class Worker:
     stopping_for: str | None = None
     #: its cold start's phases so far, name -> seconds in ``wire/coldstart.py``'s order (decision 0118)
     phases: dict[str, float] = field(default_factory=dict)
+    #: the first job it took (a class endpoint's constructor, reported with that job's result, is part of its wait)
+    first_job: str | None = None
     #: the census of the endpoint whose ``workers`` holds it (``WorkerSet``), which it keeps true as it changes
     census: Census | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -5,8 +5,10 @@ Pure. The plane measures ``devices`` (a job's wait in the queue until the worker
 devices), ``environment`` (an endpoint's environment build or cache hit, where one ran for the start) and
 ``process`` (launch to ready, less what the worker reports); the worker measures ``imports`` (importing the user's
 module) and ``init`` (the init hook) and sends them once, on its first job-take, in ``X-Flashpoint-Phases``
-(``imports=2.013,init=35.2``). ``first_job`` is from ready to the first job's start. A ``runpod`` worker sends
-nothing: its ``imports`` and ``init`` are unknown and counted in ``process``.
+(``imports=2.013,init=35.2``). ``first_job`` is from ready to the first job's start. A class endpoint's ``init`` is
+its first instance's constructor, which runs in the worker's first job: the worker reports it with that job's result,
+and it is added to the worker's phases and to that job's (whose phases then sum to its wait plus the constructor).
+A ``runpod`` worker sends nothing: its ``imports`` and ``init`` are unknown and counted in ``process``.
 """
 
 from __future__ import annotations
@@ -136,3 +138,12 @@ def reported_late(phases: Mapping[str, float], header: str | None) -> dict[str, 
         return dict(phases)
     known = {name: phases[name] for name in ("environment",) if name in phases}
     return ready_phases(known, phases.get("environment", 0.0) + phases["process"], header)
+
+
+def constructed(phases: Mapping[str, float], header: str | None) -> float | None:
+    """The ``init`` a class endpoint's worker reports with a result: its first instance's constructor (the model
+    load), which runs inside its first job rather than before it. Taken once, from a worker whose first job has
+    begun and whose start reported no init; else None."""
+    if "first_job" not in phases or "init" in phases:
+        return None
+    return parse(header).get("init")

@@ -32,7 +32,8 @@ from flashpoint.runpodapps.handles import ApiHandle, FunctionHandle
 from flashpoint.runpodapps.serving import worker_init
 from flashpoint.wire import codec, protocol
 
-#: this process's cold-start phases as ``load_target`` measured them (``imports``, ``init``; ``wire/coldstart.py``)
+#: this process's cold-start phases as ``load_target`` measured them (``imports``, ``init``; ``wire/coldstart.py``),
+#: and a class endpoint's ``init`` (its first instance's constructor, which runs in its first job) once measured
 LOAD_PHASES: dict[str, float] = {}
 
 
@@ -253,6 +254,14 @@ class Target:
         #: one instance per distinct constructor arguments, the most recently used ones
         self.instances = Instances(instances)
 
+    def _construct(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A new instance; the first one this process builds is its cold start's ``init`` (the model load), unless
+        an init hook measured it already."""
+        began = time.perf_counter()
+        instance = self.target(*args, **kwargs)
+        LOAD_PHASES.setdefault("init", time.perf_counter() - began)
+        return instance
+
     async def _instance(self, init: Any) -> Any:
         key = json.dumps(init, sort_keys=True)
         built = self.instances.get(key)
@@ -260,7 +269,7 @@ class Target:
             args, kwargs = codec.decode_call(init) if init is not None else ((), {})
             # the constructor may load a model for seconds: keep the event loop (and the stop channel) responsive;
             # jobs that arrive meanwhile (max_concurrency > 1) wait for this one instead of building another
-            built = asyncio.ensure_future(asyncio.to_thread(self.target, *args, **kwargs))
+            built = asyncio.ensure_future(asyncio.to_thread(self._construct, args, kwargs))
             if self.instances.put(key, built):
                 name = getattr(self.target, "__qualname__", "the class")
                 print(

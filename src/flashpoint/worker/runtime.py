@@ -132,6 +132,8 @@ class Runtime:
         self.handler = handler
         #: the cold-start phases only this process sees (``wire/coldstart.py``'s header), sent on its first take
         self._phases = phases
+        #: a class's constructor is measured in the first job (``Target._construct``): reported with a result
+        self._init_pending = "init" not in coldstart.parse(phases)
         self.single_use = single_use
         self.urls = urls
         self.api_key = api_key
@@ -269,8 +271,13 @@ class Runtime:
 
     async def _post(self, results: list[bytes], take: int) -> list[dict[str, Any]]:
         """Post ``results`` and/or take up to ``take`` jobs; the jobs the answer carries."""
-        # the phases go with the takes until one is answered (the first take makes the worker ready)
-        headers = {coldstart.HEADER: self._phases} if self._phases and take else None
+        # the phases go with the takes until one is answered (the first take makes the worker ready); a class's
+        # constructor time, measured while its first job ran, with the results once it is known
+        report = coldstart.parse(self._phases) if take else {}
+        late_init = bool(results) and self._init_pending and "init" in LOAD_PHASES
+        if late_init:
+            report["init"] = LOAD_PHASES["init"]
+        headers = {coldstart.HEADER: coldstart.encode(report)} if report else None
         if results:
             url = self.urls.done_batch + (f"&take={take}" if take else "")
             response = await self._request("POST", url, b"[" + b",".join(results) + b"]", headers)
@@ -278,7 +285,10 @@ class Runtime:
             url = f"{self.urls.take_batch}&batch_size={take}&job_in_progress={int(bool(self.running))}"
             response = await self._request("GET", url, None, headers)
         if headers is not None and response[0] < 300:
-            self._phases = ""  # reported: once is enough
+            if take:
+                self._phases = ""  # reported: once is enough
+            if late_init:
+                self._init_pending = False
         return _jobs_from(response)
 
     def _start(self, job: dict[str, Any]) -> None:
