@@ -222,6 +222,15 @@ def check(
     yieldable = predicate(may_yield)
     expected = reference_place(cands, gpu_count, world.devices, world.holders, yieldable)
     assert place(cands, gpu_count, index, yieldable) == expected
+    # fit_reclaim's two walks, by holders and by groups, find the same group whichever it takes
+    for candidate in cands:
+        key = index._key(candidate)
+        if key is None:
+            continue
+        for among in (None, may_yield):
+            for limit in (None, allowed):
+                by_holders = index._reclaim_by_holders(key, gpu_count, yieldable, among, limit)
+                assert index._reclaim_by_groups(key, gpu_count, yieldable, among, limit) == by_holders
     # the same holders as a Yielders (only their devices are visited), and as a wider set with the predicate
     assert place(cands, gpu_count, index, Yielders(may_yield)) == expected
     assert place(cands, gpu_count, index, Yielders(WORKERS, yieldable)) == expected

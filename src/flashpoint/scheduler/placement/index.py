@@ -456,14 +456,33 @@ class FleetIndex:
         ``gpu_count``: its node, the devices (free ones first, each part in fleet order) and the holders to stop.
 
         The rare path (no group has ``gpu_count`` free). A holder may yield when it is in ``among`` (when given)
-        and ``yieldable`` (when given) accepts it; ``yieldable`` is asked once about each holder of the candidate's
-        devices that is in ``among``. Without ``among`` that is every holder of the candidate's devices; with it, the
-        smaller of the two sets is walked. Only the groups where an accepted holder holds devices can fit, and only
-        they are read (on nodes in ``allowed``, when given).
+        and ``yieldable`` (when given) accepts it; ``yieldable`` is asked at most once about each holder. Only the
+        groups where an accepted holder holds devices can fit (on nodes in ``allowed``, when given). Two walks find
+        the same group, and the one with less to read is taken: from the holders that might yield (every one asked,
+        leading to its groups: cheap when few might) or along the groups (each read until more of its devices are
+        held by holders that may not yield than it can spare: cheap on a busy fleet, where a request for whole nodes
+        reads about one device a node, however many lower-priority workers there are).
         """
         key = self._key(candidate)
         if key is None or gpu_count < 1:
             return None
+        holders = key.holders
+        # two walks give the same answer; take the one with less to read: the groups (each read until it has more
+        # devices that cannot yield than it can spare) or the holders that might yield (each leading to its groups)
+        asked = len(holders) if among is None else min(len(among), len(holders))
+        if len(key.groups) * (key.largest - gpu_count + 1) < asked:
+            return self._reclaim_by_groups(key, gpu_count, yieldable, among, allowed)
+        return self._reclaim_by_holders(key, gpu_count, yieldable, among, allowed)
+
+    def _reclaim_by_holders(
+        self,
+        key: _Key,
+        gpu_count: int,
+        yieldable: Callable[[Holder], bool] | None,
+        among: Collection[Holder] | None,
+        allowed: Collection[str] | None,
+    ) -> tuple[str, tuple[Device, ...], tuple[Holder, ...]] | None:
+        """``fit_reclaim`` by walking the holders that might yield to the groups where they hold devices."""
         holders = key.holders
         pool: Iterable[Holder] = holders
         if among is not None:
@@ -501,6 +520,60 @@ class FleetIndex:
                 reclaim = {h.worker_id: h for d in chosen if (h := held[self._position[d.key]]) is not None}
                 return group.node, chosen, tuple(reclaim.values())
         return None
+
+    def _reclaim_by_groups(
+        self,
+        key: _Key,
+        gpu_count: int,
+        yieldable: Callable[[Holder], bool] | None,
+        among: Collection[Holder] | None,
+        allowed: Collection[str] | None,
+    ) -> tuple[str, tuple[Device, ...], tuple[Holder, ...]] | None:
+        """``fit_reclaim`` by walking the key's groups in fleet order: the first where free devices and those of
+        holders that may yield make ``gpu_count``, one of them at least held by such a holder. A group is read only
+        until more of its devices are held by holders that may not yield than it can spare, so on a busy fleet a
+        request for whole nodes reads about one device a node; each holder is asked about once."""
+        if among is not None and not isinstance(among, set | frozenset):
+            among = frozenset(among)
+        verdicts: dict[Holder, bool] = {}
+        held = self._held
+        for group in key.groups:
+            slots = group.slots
+            spare = len(slots) - gpu_count  # devices of the group that may stay with who holds them
+            if spare < 0 or (allowed is not None and group.node not in allowed):
+                continue
+            taken = 0
+            for position in slots:
+                holder = held[position]
+                if holder is None:
+                    continue
+                verdict = verdicts.get(holder)
+                if verdict is None:
+                    verdict = verdicts[holder] = (among is None or holder in among) and (
+                        yieldable is None or yieldable(holder)
+                    )
+                if verdict:
+                    taken += 1
+                else:
+                    spare -= 1
+                    if spare < 0:
+                        break
+            else:
+                if taken:
+                    return self._reclaimed(group, gpu_count, verdicts)
+        return None
+
+    def _reclaimed(
+        self, group: _Group, gpu_count: int, verdicts: dict[Holder, bool]
+    ) -> tuple[str, tuple[Device, ...], tuple[Holder, ...]]:
+        """What ``_reclaim_by_groups`` found in ``group``: its node, ``gpu_count`` devices (free ones first, each
+        part in fleet order) and the holders of those to stop (``verdicts`` accepted them)."""
+        held, devices = self._held, self._devices
+        free = [devices[p] for p in group.slots if held[p] is None]
+        taken = [devices[p] for p in group.slots if (h := held[p]) is not None and verdicts.get(h)]
+        chosen = tuple((free + taken)[:gpu_count])
+        reclaim = {h.worker_id: h for d in chosen if (h := held[self._position[d.key]]) is not None}
+        return group.node, chosen, tuple(reclaim.values())
 
 
 def _same(what: str, kept: object, counted: object) -> None:
