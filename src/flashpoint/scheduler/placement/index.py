@@ -18,7 +18,8 @@ tests/scheduler/placement/test_index.py:
   first group in fleet order with at least ``n`` free is the least head of ``buckets[n:]``;
 - ``key.endpoints[e]`` is the number of the key's devices held by workers of endpoint ``e``, and ``key.holders[h]``
   the number held by holder ``h`` (never 0: who holds nothing there is dropped), so "held by ..." texts read the
-  first instead of the devices, and the reclaim path asks about the holders of the second;
+  first instead of the devices, and the reclaim path asks about the holders of the second (or walks the groups,
+  when that reads less: ``fit_reclaim``);
 - ``index._by_holder[h]`` lists the fleet positions ``h`` holds, so a holder that may yield leads to its groups.
 
 Devices another flashpoint process of this machine holds (their lease, ``scheduler/leases.py``) are held here too, by
