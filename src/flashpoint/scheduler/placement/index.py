@@ -35,7 +35,7 @@ skip the nodes left out (the slower path, for filtered endpoints only).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 
 from flashpoint.explain import OtherProcess
 from flashpoint.fleet.inventory import Device, Fleet, Holder, Node
@@ -503,23 +503,12 @@ class FleetIndex:
         if not numbers:
             return None
         held = self._held
-        devices = self._devices
         for number in sorted(numbers):
             group = key.groups[number]
             if len(group.slots) < gpu_count or (allowed is not None and group.node not in allowed):
                 continue
-            free: list[Device] = []
-            taken: list[Device] = []
-            for position in group.slots:
-                holder = held[position]
-                if holder is None:
-                    free.append(devices[position])
-                elif holder in accepted:
-                    taken.append(devices[position])
-            if len(free) + len(taken) >= gpu_count:
-                chosen = tuple((free + taken)[:gpu_count])
-                reclaim = {h.worker_id: h for d in chosen if (h := held[self._position[d.key]]) is not None}
-                return group.node, chosen, tuple(reclaim.values())
+            if sum(1 for p in group.slots if (h := held[p]) is None or h in accepted) >= gpu_count:
+                return self._reclaimed(group, gpu_count, accepted)
         return None
 
     def _reclaim_by_groups(
@@ -561,17 +550,17 @@ class FleetIndex:
                         break
             else:
                 if taken:
-                    return self._reclaimed(group, gpu_count, verdicts)
+                    return self._reclaimed(group, gpu_count, {h for h, yes in verdicts.items() if yes})
         return None
 
     def _reclaimed(
-        self, group: _Group, gpu_count: int, verdicts: dict[Holder, bool]
+        self, group: _Group, gpu_count: int, accepted: Container[Holder]
     ) -> tuple[str, tuple[Device, ...], tuple[Holder, ...]]:
-        """What ``_reclaim_by_groups`` found in ``group``: its node, ``gpu_count`` devices (free ones first, each
-        part in fleet order) and the holders of those to stop (``verdicts`` accepted them)."""
+        """The reclaim a walk found in ``group``: its node, ``gpu_count`` devices (free ones first, then those of
+        ``accepted`` holders, each part in fleet order) and the holders of those to stop."""
         held, devices = self._held, self._devices
         free = [devices[p] for p in group.slots if held[p] is None]
-        taken = [devices[p] for p in group.slots if (h := held[p]) is not None and verdicts.get(h)]
+        taken = [devices[p] for p in group.slots if (h := held[p]) is not None and h in accepted]
         chosen = tuple((free + taken)[:gpu_count])
         reclaim = {h.worker_id: h for d in chosen if (h := held[self._position[d.key]]) is not None}
         return group.node, chosen, tuple(reclaim.values())
